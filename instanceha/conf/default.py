@@ -1,0 +1,62 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The seed manual's service parameters (POLL, DELTA, THRESHOLD, ...)."""
+
+from oslo_config import cfg
+
+from instanceha import exceptions
+
+GROUP = 'DEFAULT'
+
+OPTS = [
+    cfg.IntOpt('poll', default=45, min=1, max=3600,
+               help='Seconds between two polls of Nova for the state of the '
+                    'nova-compute services (seed parameter POLL).'),
+    cfg.IntOpt('delta', default=30, min=1, max=86400,
+               help='A compute service whose heartbeat (updated_at) is older '
+                    'than this many seconds is failed even if Nova still '
+                    'reports it up (seed parameter DELTA).'),
+    cfg.IntOpt('threshold', default=50, min=0, max=100,
+               help='If more than this percentage of the eligible compute '
+                    'hosts is failed, log it and evacuate nothing: a mass '
+                    'failure means the network or the control plane is '
+                    'broken, not the hosts (seed parameter THRESHOLD).'),
+    cfg.IntOpt('workers', default=4, min=1, max=256,
+               help='How many hosts are recovered, and how many instance '
+                    'evacuations are tracked, at the same time (seed '
+                    'parameter WORKERS).'),
+    cfg.BoolOpt('disabled', default=False,
+                help='Detect and log failed hosts but take no action at all '
+                     '(seed parameter DISABLED).'),
+    cfg.BoolOpt('leave_disabled', default=False,
+                help='Keep a host disabled and forced down after its '
+                     'instances were evacuated instead of powering it on '
+                     'and re-enabling it (seed parameter LEAVE_DISABLED).'),
+    cfg.BoolOpt('force_enable', default=False,
+                help='Re-enable a recovered host even if some of its '
+                     'evacuations did not succeed. Never applies to a host '
+                     'marked FAILED by smart evacuation, which always needs '
+                     'an operator (seed parameter FORCE_ENABLE).'),
+    cfg.BoolOpt('smart_evacuation', default=False,
+                help='Seed parameter SMART_EVACUATION: shorthand for '
+                     '[evacuation] strategy = smart. Setting it together '
+                     'with a different [evacuation] strategy is an error.'),
+]
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    strategy = conf.evacuation.strategy
+    if conf.smart_evacuation and strategy not in ('smart', None):
+        raise exceptions.ConfigurationError(
+            'option [DEFAULT] smart_evacuation = true contradicts '
+            '[evacuation] strategy = %s; set only one of them' % strategy)

@@ -1,0 +1,105 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Find and load drivers by their entry-point names (stevedore)."""
+
+from collections.abc import Iterable
+from importlib import metadata
+
+from stevedore import named
+
+from instanceha import exceptions
+
+#: The plugin namespaces, one per kind of driver.
+NAMESPACES = (
+    'instanceha.filters',
+    'instanceha.detectors',
+    'instanceha.gates',
+    'instanceha.fencing',
+    'instanceha.reservation',
+    'instanceha.evacuation',
+)
+
+
+def _entry_points(namespace: str) -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=namespace),
+                  key=lambda ep: ep.name)
+
+
+def available(namespace: str) -> list[str]:
+    """Names of every driver registered under ``namespace``."""
+    return [ep.name for ep in _entry_points(namespace)]
+
+
+def driver_class(namespace: str, name: str, option: str) -> type:
+    """Return the class registered as ``name`` in ``namespace``.
+
+    :param option: the option that named the driver, e.g.
+        ``[gates] enabled``; every error message names it.
+    :raises DriverLoadError: for an unknown name (listing the available
+        drivers) or a driver module that fails to import.
+    """
+    def missing(names):
+        raise exceptions.DriverLoadError(
+            'option %s: unknown driver %r in namespace %s; available: %s'
+            % (option, name, namespace,
+               ', '.join(available(namespace)) or '(none installed)'))
+
+    def failed(manager, entrypoint, exc):
+        raise exceptions.DriverLoadError(
+            'option %s: driver %r (%s) failed to import: %s: %s'
+            % (option, name, entrypoint.value, type(exc).__name__, exc))
+
+    mgr = named.NamedExtensionManager(
+        namespace, names=[name], invoke_on_load=False,
+        on_load_failure_callback=failed,
+        on_missing_entrypoints_callback=missing)
+    cls = mgr[name].plugin
+    cls.name = name
+    return cls
+
+
+def load(namespace: str, names: Iterable[str], option: str,
+         *args, **kwargs) -> list:
+    """Instantiate and validate the named drivers, in the given order.
+
+    Extra arguments are passed to each driver's constructor. A name given
+    twice is an error: it would run the same check twice and hide a typo.
+    """
+    names = list(names)
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise exceptions.ConfigurationError(
+            'option %s lists %s more than once' % (option, ', '.join(dupes)))
+    drivers = []
+    for name in names:
+        drv = driver_class(namespace, name, option)(*args, **kwargs)
+        drv.name = name
+        drv.validate()
+        drivers.append(drv)
+    return drivers
+
+
+def describe(namespace: str) -> list[tuple[str, str]]:
+    """(name, one-line description) of every driver in namespace.
+
+    A driver that fails to import is listed with the import error instead
+    of hiding it.
+    """
+    rows = []
+    for ep in _entry_points(namespace):
+        try:
+            rows.append((ep.name, ep.load().description or ''))
+        except Exception as exc:
+            rows.append((ep.name, 'BROKEN: %s: %s' % (type(exc).__name__,
+                                                      exc)))
+    return rows
