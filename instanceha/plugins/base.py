@@ -46,5 +46,11 @@ class Driver(abc.ABC):
             option (or per-host parameter) and what is wrong with it.
         """
 
+    def start(self) -> None:
+        """Acquire long-lived resources (sockets, sessions) after validate."""
+
+    def stop(self) -> None:
+        """Release what start() acquired; must be safe to call twice."""
+
     def __repr__(self) -> str:
         return '<%s %s>' % (type(self).__name__, self.name or '?')

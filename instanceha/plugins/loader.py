@@ -13,6 +13,7 @@
 """Find and load drivers by their entry-point names (stevedore)."""
 
 from collections.abc import Iterable
+import dataclasses
 from importlib import metadata
 
 from stevedore import named
@@ -103,3 +104,42 @@ def describe(namespace: str) -> list[tuple[str, str]]:
             rows.append((ep.name, 'BROKEN: %s: %s' % (type(exc).__name__,
                                                       exc)))
     return rows
+
+
+@dataclasses.dataclass
+class Drivers:
+    """The drivers a configuration selects, loaded and validated."""
+
+    detectors: list
+    filters: list
+    gates: list
+    reservation: object
+    evacuation: object
+
+    def all(self) -> list:
+        return [*self.detectors, *self.filters, *self.gates,
+                self.reservation, self.evacuation]
+
+
+def load_configured(conf) -> Drivers:
+    """Load every driver the configuration names (fencing is per host).
+
+    :raises ConfigurationError: for the first bad name or setting, naming
+        the option.
+    """
+    from instanceha.conf import evacuation
+
+    return Drivers(
+        detectors=load('instanceha.detectors', conf.detection.detectors,
+                       '[detection] detectors', conf),
+        filters=load('instanceha.filters', conf.filters.enabled,
+                     '[filters] enabled', conf),
+        gates=load('instanceha.gates', conf.gates.enabled,
+                   '[gates] enabled', conf),
+        reservation=load('instanceha.reservation',
+                         [conf.reservation.strategy],
+                         '[reservation] strategy', conf)[0],
+        evacuation=load('instanceha.evacuation',
+                        [evacuation.strategy_name(conf)],
+                        '[evacuation] strategy', conf)[0],
+    )

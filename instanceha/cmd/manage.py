@@ -1,0 +1,55 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""instanceha-manage: operator commands.
+
+Each command group lives in its own module under ``instanceha.cmd`` and
+offers ``add_parsers(subparsers)``; every parser it adds sets ``func``
+(called with the parsed config, returns the exit code). Adding a group is
+adding its module name to ``COMMAND_MODULES``.
+"""
+
+import importlib
+import sys
+
+from oslo_config import cfg
+
+from instanceha.cmd import common
+
+PROG = 'instanceha-manage'
+
+COMMAND_MODULES = [
+    'instanceha.cmd.manage_config',
+]
+
+
+def _add_parsers(subparsers) -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parsers(subparsers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    conf = cfg.CONF
+    conf.register_cli_opt(cfg.SubCommandOpt(
+        'command', title='commands', handler=_add_parsers,
+        help='Run "%s COMMAND --help" for the options of a command.'
+        % PROG))
+
+    def body() -> int:
+        common.setup(PROG, argv, conf)
+        return conf.command.func(conf)
+
+    return common.run(PROG, body)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

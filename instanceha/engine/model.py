@@ -1,0 +1,148 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The engine's picture of the cloud: plain, immutable values.
+
+A :class:`Snapshot` is everything one cycle knows about the cloud. The
+Nova adapter builds it from a fixed number of bulk API calls; the simulator
+builds it from its model. Decision code reads only these values, never a
+client library's objects, so it runs the same everywhere.
+"""
+
+from collections.abc import Mapping
+import dataclasses
+import datetime
+import functools
+
+UP = 'up'
+DOWN = 'down'
+ENABLED = 'enabled'
+DISABLED = 'disabled'
+
+#: Instance statuses Nova accepts for evacuation (R10; seed step 8).
+EVACUABLE_STATUSES = frozenset({'ACTIVE', 'ERROR', 'SHUTOFF'})
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """A nova-compute service, i.e. one compute host."""
+
+    id: str
+    host: str
+    state: str
+    status: str
+    forced_down: bool = False
+    #: Last heartbeat, timezone-aware UTC; None when missing or malformed.
+    updated_at: datetime.datetime | None = None
+    #: The heartbeat as Nova sent it, kept to report a malformed one.
+    updated_at_raw: str | None = None
+    disabled_reason: str | None = None
+    zone: str | None = None
+
+    @property
+    def disabled(self) -> bool:
+        return self.status == DISABLED
+
+
+@dataclasses.dataclass(frozen=True)
+class Flavor:
+    name: str
+    extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Server:
+    id: str
+    name: str
+    host: str | None
+    status: str
+    flavor: Flavor
+    #: None for a server booted from a volume.
+    image_id: str | None = None
+    task_state: str | None = None
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    locked: bool = False
+    project_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+    id: str
+    name: str = ''
+    tags: tuple[str, ...] = ()
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    id: str
+    name: str
+    hosts: frozenset[str]
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    availability_zone: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """One of Nova's migration records (evacuations are type evacuation)."""
+
+    id: str
+    server_id: str
+    source_host: str | None
+    dest_host: str | None
+    status: str
+    migration_type: str = 'evacuation'
+    created_at: datetime.datetime | None = None
+    updated_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What one cycle knows about the cloud, taken at ``taken_at``."""
+
+    taken_at: datetime.datetime
+    services: tuple[Service, ...] = ()
+    servers: tuple[Server, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    #: Only the images the enabled filters asked for, keyed by id.
+    images: Mapping[str, Image] = dataclasses.field(default_factory=dict)
+    #: Recent evacuation records, when the cycle asked for them.
+    migrations: tuple[Migration, ...] = ()
+
+    @functools.cached_property
+    def _services_by_host(self) -> dict[str, Service]:
+        return {s.host: s for s in self.services}
+
+    @functools.cached_property
+    def _servers_by_host(self) -> dict[str, tuple[Server, ...]]:
+        out: dict[str, list[Server]] = {}
+        for srv in self.servers:
+            if srv.host:
+                out.setdefault(srv.host, []).append(srv)
+        return {h: tuple(v) for h, v in out.items()}
+
+    @functools.cached_property
+    def _aggregates_by_host(self) -> dict[str, tuple[Aggregate, ...]]:
+        out: dict[str, list[Aggregate]] = {}
+        for agg in self.aggregates:
+            for host in agg.hosts:
+                out.setdefault(host, []).append(agg)
+        return {h: tuple(v) for h, v in out.items()}
+
+    def service(self, host: str) -> Service | None:
+        return self._services_by_host.get(host)
+
+    def servers_on(self, host: str) -> tuple[Server, ...]:
+        return self._servers_by_host.get(host, ())
+
+    def aggregates_of(self, host: str) -> tuple[Aggregate, ...]:
+        return self._aggregates_by_host.get(host, ())

@@ -1,0 +1,128 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A compute host's life in instanceha: the one table of states.
+
+::
+
+    healthy -> suspect -> fencing -> fenced -> evacuating -> evacuated
+       ^                    |  ^                   |            |
+       |                    v  |                   v            v
+       |               fence_failed             failed     powering_on
+       |                                      (operator)        |
+       +------------------ enabling <--- waiting_up <-----------+
+
+Every log line, event and Nova marker names these states. The marker
+written to the compute service's ``disabled_reason`` makes the state
+durable in Nova itself, so a restarted service (or a new leader) resumes
+where the previous one stopped, and ``openstack compute service list
+--long`` tells operators the story.
+"""
+
+import datetime
+import enum
+import re
+
+
+class HostState(str, enum.Enum):
+    HEALTHY = 'healthy'
+    #: Detected failed; gates and filters are being applied.
+    SUSPECT = 'suspect'
+    FENCING = 'fencing'
+    #: Fencing failed; retried with back-off, never evacuated.
+    FENCE_FAILED = 'fence_failed'
+    #: Proven powered off (or crash-dumping); forced down and disabled.
+    FENCED = 'fenced'
+    EVACUATING = 'evacuating'
+    EVACUATED = 'evacuated'
+    POWERING_ON = 'powering_on'
+    WAITING_UP = 'waiting_up'
+    ENABLING = 'enabling'
+    #: Evacuation gave up; only an operator clears it.
+    FAILED = 'failed'
+    #: Evacuated and deliberately kept disabled (leave_disabled).
+    LEFT_DISABLED = 'left_disabled'
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S = HostState
+
+#: Allowed transitions. Anything else is a bug and is refused loudly.
+TRANSITIONS: dict[HostState, frozenset[HostState]] = {
+    S.HEALTHY: frozenset({S.SUSPECT}),
+    S.SUSPECT: frozenset({S.HEALTHY, S.FENCING}),
+    S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED}),
+    S.FENCE_FAILED: frozenset({S.FENCING, S.HEALTHY}),
+    S.FENCED: frozenset({S.EVACUATING}),
+    S.EVACUATING: frozenset({S.EVACUATED, S.FAILED}),
+    S.EVACUATED: frozenset({S.POWERING_ON, S.WAITING_UP, S.LEFT_DISABLED}),
+    S.POWERING_ON: frozenset({S.WAITING_UP, S.FAILED}),
+    S.WAITING_UP: frozenset({S.ENABLING}),
+    S.ENABLING: frozenset({S.HEALTHY}),
+    S.FAILED: frozenset({S.HEALTHY}),
+    S.LEFT_DISABLED: frozenset({S.HEALTHY}),
+}
+
+
+class TransitionError(RuntimeError):
+    """A state change the table does not allow (a programming error)."""
+
+
+def check_transition(host: str, old: HostState, new: HostState) -> None:
+    if new not in TRANSITIONS[old]:
+        raise TransitionError('host %s: %s -> %s is not an allowed '
+                              'transition' % (host, old, new))
+
+
+# -- markers in Nova's disabled_reason ------------------------------------
+
+MARKER_PREFIX = 'instanceha'
+_MARKER_RE = re.compile(
+    r'^%s:(?P<state>[a-z_]+) (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)'
+    r'(?: (?P<note>.*))?$' % MARKER_PREFIX, re.DOTALL)
+_TS = '%Y-%m-%dT%H:%M:%SZ'
+
+
+def make_marker(state: HostState, when: datetime.datetime,
+                note: str = '') -> str:
+    """Text for ``disabled_reason``: state, UTC time stamp, free note.
+
+    FAILED is written in capitals after the prefix's state so it stands
+    out in a service listing.
+    """
+    ts = when.astimezone(datetime.timezone.utc).strftime(_TS)
+    text = '%s:%s %s' % (MARKER_PREFIX, state.value, ts)
+    if state is S.FAILED:
+        text += ' FAILED'
+    return '%s %s' % (text, note) if note else text
+
+
+def parse_marker(reason: str | None
+                 ) -> tuple[HostState, datetime.datetime, str] | None:
+    """(state, time stamp, note) from a marker, or None if not ours."""
+    if not reason:
+        return None
+    m = _MARKER_RE.match(reason.strip())
+    if not m:
+        return None
+    try:
+        state = HostState(m.group('state'))
+    except ValueError:
+        return None
+    when = datetime.datetime.strptime(m.group('ts'), _TS).replace(
+        tzinfo=datetime.timezone.utc)
+    note = m.group('note') or ''
+    if state is S.FAILED and note.startswith('FAILED'):
+        note = note[len('FAILED'):].lstrip()
+    return state, when, note

@@ -1,0 +1,45 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Detectors say which hosts look failed, and why (R4, R8, R15)."""
+
+import abc
+import dataclasses
+import datetime
+import enum
+
+from instanceha.engine import model
+from instanceha.plugins import base
+
+
+class Verdict(str, enum.Enum):
+    ALIVE = 'alive'
+    FAILED = 'failed'
+    #: The detector cannot tell (e.g. no data yet); it has no vote.
+    UNKNOWN = 'unknown'
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    host: str
+    verdict: Verdict
+    #: Human-readable, names the detector's observation.
+    reason: str
+
+
+class Detector(base.Driver):
+    """One witness of a host's health."""
+
+    @abc.abstractmethod
+    def detect(self, snapshot: model.Snapshot,
+               now: datetime.datetime) -> dict[str, Evidence]:
+        """Evidence for the hosts this detector has an opinion on."""

@@ -1,0 +1,39 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A fencing driver that proves nothing. For labs only."""
+
+import logging
+
+from instanceha.plugins.fencing import base
+
+LOG = logging.getLogger(__name__)
+
+
+class NoopFencing(base.FencingDriver):
+    description = ('Does nothing and claims success; proves nothing. Labs '
+                   'only: evacuating an unfenced host can corrupt data.')
+
+    def _warn(self, action: str) -> None:
+        LOG.warning('host %s: noop fencing driver "%s" did nothing; nothing '
+                    'was proven about this host\'s power state', self.host,
+                    action)
+
+    def power_off(self) -> None:
+        self._warn('power off')
+
+    def power_on(self) -> None:
+        self._warn('power on')
+
+    def power_status(self) -> base.PowerState:
+        self._warn('power status')
+        return base.PowerState.UNKNOWN

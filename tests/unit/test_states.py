@@ -1,0 +1,55 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import datetime
+
+import testtools
+
+from instanceha.engine import states
+from instanceha.engine.states import HostState as S
+
+NOW = datetime.datetime(2026, 11, 29, 12, 0, 5,
+                        tzinfo=datetime.timezone.utc)
+
+
+class TestStates(testtools.TestCase):
+
+    def test_every_state_has_a_row(self):
+        self.assertEqual(set(S), set(states.TRANSITIONS))
+        for targets in states.TRANSITIONS.values():
+            self.assertLessEqual(targets, set(S))
+
+    def test_no_evacuation_without_fencing(self):
+        for state, targets in states.TRANSITIONS.items():
+            if S.EVACUATING in targets:
+                self.assertEqual(S.FENCED, state)
+
+    def test_refused_transition(self):
+        self.assertRaises(states.TransitionError, states.check_transition,
+                          'h1', S.SUSPECT, S.EVACUATING)
+        states.check_transition('h1', S.FENCING, S.FENCED)
+
+    def test_marker_round_trip(self):
+        for state in S:
+            text = states.make_marker(state, NOW, 'note: 3 instances')
+            self.assertEqual((state, NOW, 'note: 3 instances'),
+                             states.parse_marker(text))
+
+    def test_failed_marker_stands_out(self):
+        text = states.make_marker(S.FAILED, NOW, 'server x failed 5 times')
+        self.assertIn('FAILED', text)
+
+    def test_foreign_reasons_are_not_markers(self):
+        for text in (None, '', 'maintenance by bob',
+                     'instanceha:bogus 2026-11-29T12:00:05Z',
+                     'instanceha:fenced yesterday'):
+            self.assertIsNone(states.parse_marker(text))
