@@ -20,6 +20,8 @@ the same in both and never imports a client library or a socket.
 """
 
 import abc
+from collections.abc import Callable
+import concurrent.futures
 import dataclasses
 import datetime
 
@@ -161,6 +163,28 @@ class EventSink(abc.ABC):
         """Record one event, e.g. ``emit('fenced', 'host3', level=1)``."""
 
 
+class Executor(abc.ABC):
+    """Runs slow, blocking work (fencing, power-on) off the decision loop.
+
+    Production runs jobs on a pool of ``workers`` threads; the simulator
+    runs them deterministically in simulated time. The engine submits a
+    job and looks at the future on later ticks; it never blocks on one.
+    """
+
+    @abc.abstractmethod
+    def submit(self, fn: Callable, *args, **kwargs
+               ) -> concurrent.futures.Future:
+        """Start ``fn(*args, **kwargs)``; return its future."""
+
+
+class KdumpWatch(abc.ABC):
+    """What the fence_kdump listener heard (R8)."""
+
+    @abc.abstractmethod
+    def last_message(self, host: str) -> datetime.datetime | None:
+        """When ``host`` last sent a kdump message; None if never."""
+
+
 @dataclasses.dataclass
 class Environment:
     """Everything the engine may use, bundled."""
@@ -170,3 +194,6 @@ class Environment:
     fencer: Fencer
     coordinator: Coordinator
     events: EventSink
+    executor: Executor
+    #: Set when kdump checking is on.
+    kdump: KdumpWatch | None = None
