@@ -21,4 +21,24 @@ OPTS = [
                 help='Ordered list of failure detectors (entry points in '
                      'the instanceha.detectors namespace). See '
                      '"instanceha-manage drivers list".'),
+    cfg.StrOpt('combine', default='veto',
+               choices=[
+                   ('veto', 'Failed when at least one detector says failed '
+                            'and none says alive. A detector saying alive '
+                            'while another says failed makes the host '
+                            '"isolated" (a partition, R15): reported, never '
+                            'recovered. Detectors without an opinion '
+                            '(unknown) do not vote.'),
+                   ('all', 'Failed only when every enabled detector says '
+                           'failed: "dead" needs every witness. A detector '
+                           'without an opinion blocks the verdict (the '
+                           'host is unknown); a disagreement is isolated.'),
+                   ('any', 'Failed as soon as one detector says failed, '
+                           'even against another saying alive. Fastest, '
+                           'least safe; for detectors that only ever '
+                           'confirm a failure, e.g. kdump.'),
+               ],
+               help='How the verdicts of several detectors combine into '
+                    'one per host. With a single detector all three are '
+                    'the same.'),
 ]

@@ -25,6 +25,15 @@ class Filter(base.Driver):
 
     #: Set when the filter needs image metadata in the snapshot.
     needs_images: bool = False
+    #: Filters sharing an ``any_of`` group combine with OR: an instance
+    #: is dropped only when every filter of the group drops it (an
+    #: instance is evacuable when its image *or* its flavor is tagged).
+    #: Ungrouped filters combine with AND.
+    any_of: str | None = None
+    #: Set when a host this filter drops is out of scope altogether: not
+    #: monitored, shown ignored even while healthy, and not counted by
+    #: the threshold gate (an operator-disabled host, R3).
+    out_of_scope: bool = False
 
     def host_reason(self, host: str,
                     snapshot: model.Snapshot) -> str | None:

@@ -14,6 +14,7 @@
 
 import abc
 import dataclasses
+import datetime
 
 from instanceha.engine import model
 from instanceha.plugins import base
@@ -27,18 +28,33 @@ class GateVerdict:
     blocked_hosts: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class GateContext:
+    """What a gate sees of one cycle. Every set holds host names."""
+
+    snapshot: model.Snapshot
+    now: datetime.datetime
+    #: Failed, eligible, not yet in recovery and not blocked by an
+    #: earlier gate: the hosts this cycle would start recovering.
+    candidates: frozenset[str]
+    #: Every monitored host detected failed this cycle and not in
+    #: recovery, whether or not the filters kept it.
+    failed: frozenset[str]
+    #: Hosts in a recovery workflow that still count as unhealthy (every
+    #: state but left_disabled) until they are healthy again.
+    recovering: frozenset[str]
+    #: Every host in scope: all nova-compute hosts except those an
+    #: out-of-scope filter dropped (operator-disabled ones).
+    monitored: frozenset[str]
+
+    @property
+    def unhealthy(self) -> frozenset[str]:
+        return self.failed | self.recovering
+
+
 class Gate(base.Driver):
     """A safety check on the set of hosts about to be recovered."""
 
     @abc.abstractmethod
-    def check(self, failed: frozenset[str], eligible: frozenset[str],
-              recovering: frozenset[str],
-              snapshot: model.Snapshot) -> GateVerdict:
-        """Judge the hosts about to be recovered.
-
-        :param failed: eligible hosts detected failed in this cycle and not
-            yet being recovered.
-        :param eligible: every host the filters kept.
-        :param recovering: hosts already being fenced, evacuated or brought
-            back, which still count as failed until they are healthy.
-        """
+    def check(self, ctx: GateContext) -> GateVerdict:
+        """Judge ``ctx.candidates``; only called when there are some."""

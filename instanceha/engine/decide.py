@@ -1,0 +1,247 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""snapshot -> detectors -> filters -> gates -> plan, without side effects.
+
+The order of questions for each host, first answer wins:
+
+1. In recovery already (our marker in ``disabled_reason``, or the caller
+   says so)? -> RECOVERING; host filters are not asked again (the host is
+   disabled by us and may have no instances left), instance filters are.
+2. Dropped by an out-of-scope filter (disabled by an operator, R3)?
+   -> IGNORED, not monitored, not counted by the threshold.
+3. The detectors' combined verdict (``[detection] combine``): alive ->
+   HEALTHY, unknown -> UNKNOWN, isolated -> ISOLATED.
+4. Failed: the other host filters, then the instance filters (a host with
+   instances none of which is eligible is IGNORED) -> a candidate.
+5. The gates, in order, on the candidates -> RECOVER or BLOCKED.
+
+Failed hosts dropped in step 4 still count as failed for the gates.
+"""
+
+from collections.abc import Mapping
+import datetime
+
+from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import states
+from instanceha.plugins.detectors import base as det_base
+from instanceha.plugins.gates import base as gate_base
+
+D = plan_mod.Decision
+V = det_base.Verdict
+
+FAILED = 'failed'
+ALIVE = 'alive'
+ISOLATED = 'isolated'
+UNKNOWN = 'unknown'
+
+#: Workflow states that are not (or no longer) a recovery in progress.
+_NOT_RECOVERING = frozenset({states.HostState.HEALTHY,
+                             states.HostState.SUSPECT})
+
+
+def snapshot_needs(drivers) -> dict:
+    """Keyword arguments for :meth:`CloudPort.snapshot` the drivers need."""
+    return {'images': any(getattr(f, 'needs_images', False)
+                          for f in drivers.filters)}
+
+
+def combine(evidence: list[det_base.Evidence],
+            mode: str) -> tuple[str, tuple[str, ...]]:
+    """Fold several detectors' evidence on one host into one verdict.
+
+    Returns (failed|alive|isolated|unknown, reasons). See the help of
+    ``[detection] combine`` for the modes.
+    """
+    reasons = tuple(e.reason for e in evidence)
+    votes = {e.verdict for e in evidence}
+    failed = V.FAILED in votes
+    alive = V.ALIVE in votes
+    if mode == 'any':
+        verdict = FAILED if failed else ALIVE if alive else UNKNOWN
+    elif failed and alive:
+        verdict = ISOLATED
+    elif mode == 'all':
+        if failed and votes == {V.FAILED}:
+            verdict = FAILED
+        else:
+            verdict = ALIVE if votes == {V.ALIVE} else UNKNOWN
+    else:  # veto
+        verdict = FAILED if failed else ALIVE if alive else UNKNOWN
+    return verdict, reasons
+
+
+def recovery_state(service: model.Service | None,
+                   recovering: Mapping[str, states.HostState],
+                   host: str) -> states.HostState | None:
+    """The host's workflow state if it is in recovery, else None.
+
+    The caller's state wins (it is newer than Nova's marker); a marker is
+    trusted only on a disabled service, as our workflow always disables.
+    """
+    state = recovering.get(host)
+    if state is None and service is not None and service.disabled:
+        parsed = states.parse_marker(service.disabled_reason)
+        state = parsed[0] if parsed else None
+    if state is None or state in _NOT_RECOVERING:
+        return None
+    return state
+
+
+def _marker_reason(service: model.Service | None) -> str | None:
+    parsed = states.parse_marker(service.disabled_reason if service
+                                 else None)
+    if not parsed:
+        return None
+    state, when, note = parsed
+    text = 'marker %s since %s' % (state.value, when.isoformat())
+    return '%s (%s)' % (text, note) if note else text
+
+
+def _host_reasons(filters, host, snapshot) -> list[str]:
+    return [r for r in (f.host_reason(host, snapshot) for f in filters) if r]
+
+
+def _instance_reason(filters, server, snapshot) -> str | None:
+    """Why a server is dropped (None = eligible), honouring any_of groups."""
+    groups: dict[str, list[str]] = {}
+    kept_groups: set[str] = set()
+    for f in filters:
+        why = f.instance_reason(server, snapshot)
+        if f.any_of:
+            if why:
+                groups.setdefault(f.any_of, []).append(why)
+            else:
+                kept_groups.add(f.any_of)
+        elif why:
+            return why
+    for group, whys in sorted(groups.items()):
+        if group not in kept_groups:
+            return ' and '.join(whys)
+    return None
+
+
+def _eligible_servers(filters, host, snapshot
+                      ) -> tuple[tuple[model.Server, ...], list[str]]:
+    kept, dropped = [], []
+    for server in snapshot.servers_on(host):
+        why = _instance_reason(filters, server, snapshot)
+        if why:
+            dropped.append('%s (%s): %s' % (server.name, server.id, why))
+        else:
+            kept.append(server)
+    return tuple(kept), dropped
+
+
+def make_plan(snapshot: model.Snapshot, drivers, conf,
+              now: datetime.datetime,
+              recovering: Mapping[str, states.HostState] | None = None
+              ) -> plan_mod.Plan:
+    """Decide, for every compute host, what this cycle should do.
+
+    :param drivers: anything with ``detectors``, ``filters`` and ``gates``
+        lists (normally :class:`instanceha.plugins.loader.Drivers`).
+    :param conf: the configuration (``[detection] combine`` is read).
+    :param recovering: the caller's own view of hosts in a workflow; it
+        takes precedence over the markers read from Nova.
+    """
+    recovering = recovering or {}
+    mode = conf.detection.combine
+    scope_filters = [f for f in drivers.filters if f.out_of_scope]
+    host_filters = [f for f in drivers.filters if not f.out_of_scope]
+    evidence = [det.detect(snapshot, now) for det in drivers.detectors]
+
+    hosts = sorted({s.host for s in snapshot.services} | set(recovering))
+    decided: dict[str, plan_mod.HostDecision] = {}
+    candidates: dict[str, tuple[list[str], tuple]] = {}
+    monitored, failed, in_recovery = set(), set(), set()
+
+    for host in hosts:
+        service = snapshot.service(host)
+        verdict, reasons = combine(
+            [ev[host] for ev in evidence if host in ev], mode)
+        reasons = list(reasons)
+        rstate = recovery_state(service, recovering, host)
+        if rstate is not None:
+            monitored.add(host)
+            if rstate is not states.HostState.LEFT_DISABLED:
+                in_recovery.add(host)
+            marker = _marker_reason(service)
+            servers, _dropped = _eligible_servers(drivers.filters, host,
+                                                  snapshot)
+            decided[host] = plan_mod.HostDecision(
+                host, D.RECOVERING,
+                tuple(([marker] if marker else []) + reasons),
+                servers, service, rstate)
+            continue
+        if service is None:
+            continue
+        out = _host_reasons(scope_filters, host, snapshot)
+        if out:
+            decided[host] = plan_mod.HostDecision(
+                host, D.IGNORED, tuple(reasons + out), (), service)
+            continue
+        monitored.add(host)
+        if verdict != FAILED:
+            decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED}.get(
+                verdict, D.UNKNOWN)
+            decided[host] = plan_mod.HostDecision(
+                host, decision, tuple(reasons), (), service)
+            continue
+        failed.add(host)
+        out = _host_reasons(host_filters, host, snapshot)
+        servers, dropped = _eligible_servers(drivers.filters, host, snapshot)
+        if not out and dropped and not servers:
+            out = ['no eligible instance: %s' % '; '.join(dropped)]
+        if out:
+            decided[host] = plan_mod.HostDecision(
+                host, D.IGNORED, tuple(reasons + out), (), service)
+            continue
+        if dropped:
+            reasons.append('not evacuated: %s' % '; '.join(dropped))
+        candidates[host] = (reasons, servers)
+
+    blocked_by: list[str] = []
+    blocked: dict[str, str] = {}
+    remaining = set(candidates)
+    for gate in drivers.gates:
+        if not remaining:
+            break
+        verdict = gate.check(gate_base.GateContext(
+            snapshot=snapshot, now=now, candidates=frozenset(remaining),
+            failed=frozenset(failed), recovering=frozenset(in_recovery),
+            monitored=frozenset(monitored)))
+        if verdict.block_all:
+            why = '%s: %s' % (gate.name, verdict.block_all)
+            blocked_by.append(why)
+            blocked.update((h, 'gate ' + why) for h in remaining)
+            remaining.clear()
+        for host, hwhy in sorted(verdict.blocked_hosts.items()):
+            if host in remaining:
+                blocked[host] = 'gate %s: %s' % (gate.name, hwhy)
+                remaining.discard(host)
+
+    for host, (reasons, servers) in candidates.items():
+        if host in blocked:
+            decided[host] = plan_mod.HostDecision(
+                host, D.BLOCKED, tuple(reasons + [blocked[host]]), servers,
+                snapshot.service(host))
+        else:
+            decided[host] = plan_mod.HostDecision(
+                host, D.RECOVER, tuple(reasons), servers,
+                snapshot.service(host))
+
+    return plan_mod.Plan(
+        taken_at=snapshot.taken_at,
+        decisions=tuple(decided[h] for h in sorted(decided)),
+        blocked_by=tuple(blocked_by))
