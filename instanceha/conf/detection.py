@@ -31,8 +31,9 @@ OPTS = [
                             '(unknown) do not vote.'),
                    ('all', 'Failed only when every enabled detector says '
                            'failed: "dead" needs every witness. A detector '
-                           'without an opinion blocks the verdict (the '
-                           'host is unknown); a disagreement is isolated.'),
+                           'with no opinion on the host (unknown or '
+                           'silent) leaves it unknown; a disagreement is '
+                           'isolated.'),
                    ('any', 'Failed as soon as one detector says failed, '
                            'even against another saying alive. Fastest, '
                            'least safe; for detectors that only ever '

@@ -16,9 +16,36 @@ from oslo_config import cfg
 
 GROUP = 'filters'
 
+#: Filters the seed's [tagging] booleans switch on, by option name.
+_TAGGING_SHORTHANDS = (('tagged_images', 'tagged-images'),
+                       ('tagged_flavors', 'tagged-flavors'),
+                       ('tagged_aggregates', 'tagged-aggregates'))
+
 OPTS = [
-    cfg.ListOpt('enabled', default=[],
+    cfg.ListOpt('enabled', default=['enabled', 'has-instances',
+                                    'skip-by-name'],
                 help='Ordered list of filters (entry points in the '
-                     'instanceha.filters namespace). A host or instance '
-                     'must pass every one of them to be evacuated.'),
+                     'instanceha.filters namespace). A failed host, and '
+                     'each of its instances, must pass every one of them '
+                     'to be evacuated; tagged-images and tagged-flavors '
+                     'together keep an instance when either keeps it. '
+                     'The [tagging] tagged_* options add the tag filters '
+                     'to this list.'),
+    cfg.ListOpt('skip_instance_names', default=[],
+                help='skip-by-name filter: instances whose name matches one '
+                     'of these shell globs (fnmatch, case-sensitive, e.g. '
+                     '"test-*") are never evacuated.'),
+    cfg.ListOpt('skip_host_names', default=[],
+                help='skip-by-name filter: compute hosts whose name matches '
+                     'one of these shell globs (fnmatch, case-sensitive) are '
+                     'never recovered.'),
 ]
+
+
+def names(conf: cfg.ConfigOpts) -> list[str]:
+    """The filters in force: [filters] enabled plus the tagging shorthands."""
+    result = list(conf.filters.enabled)
+    for option, name in _TAGGING_SHORTHANDS:
+        if conf.tagging[option] and name not in result:
+            result.append(name)
+    return result

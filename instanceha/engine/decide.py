@@ -56,13 +56,16 @@ def snapshot_needs(drivers) -> dict:
                           for f in drivers.filters)}
 
 
-def combine(evidence: list[det_base.Evidence],
-            mode: str) -> tuple[str, tuple[str, ...]]:
+def combine(evidence: list[det_base.Evidence], mode: str,
+            detectors: int | None = None) -> tuple[str, tuple[str, ...]]:
     """Fold several detectors' evidence on one host into one verdict.
 
     Returns (failed|alive|isolated|unknown, reasons). See the help of
-    ``[detection] combine`` for the modes.
+    ``[detection] combine`` for the modes. ``detectors`` is how many are
+    enabled: under ``all`` a detector saying nothing on the host is a
+    missing witness.
     """
+    detectors = len(evidence) if detectors is None else detectors
     reasons = tuple(e.reason for e in evidence)
     votes = {e.verdict for e in evidence}
     failed = V.FAILED in votes
@@ -72,7 +75,7 @@ def combine(evidence: list[det_base.Evidence],
     elif failed and alive:
         verdict = ISOLATED
     elif mode == 'all':
-        if failed and votes == {V.FAILED}:
+        if votes == {V.FAILED} and len(evidence) >= detectors:
             verdict = FAILED
         else:
             verdict = ALIVE if votes == {V.ALIVE} else UNKNOWN
@@ -169,7 +172,8 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     for host in hosts:
         service = snapshot.service(host)
         verdict, reasons = combine(
-            [ev[host] for ev in evidence if host in ev], mode)
+            [ev[host] for ev in evidence if host in ev], mode,
+            len(evidence))
         reasons = list(reasons)
         rstate = recovery_state(service, recovering, host)
         if rstate is not None:

@@ -128,11 +128,12 @@ def load_configured(conf) -> Drivers:
         the option.
     """
     from instanceha.conf import evacuation
+    from instanceha.conf import filters
 
     return Drivers(
         detectors=load('instanceha.detectors', conf.detection.detectors,
                        '[detection] detectors', conf),
-        filters=load('instanceha.filters', conf.filters.enabled,
+        filters=load('instanceha.filters', filters.names(conf),
                      '[filters] enabled', conf),
         gates=load('instanceha.gates', conf.gates.enabled,
                    '[gates] enabled', conf),

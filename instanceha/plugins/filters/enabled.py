@@ -1,0 +1,41 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Hosts an operator disabled are out of scope (R3)."""
+
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha.plugins.filters import base
+
+
+class EnabledFilter(base.Filter):
+    """Ignore compute services an operator disabled (maintenance, spares).
+
+    A service disabled by instanceha itself carries our marker in
+    disabled_reason: that host is in recovery, not in maintenance,
+    and is kept (the plan shows it recovering).
+    """
+
+    description = 'ignore hosts whose nova-compute an operator disabled'
+    out_of_scope = True
+
+    def host_reason(self, host: str,
+                    snapshot: model.Snapshot) -> str | None:
+        svc = snapshot.service(host)
+        if svc is None or not svc.disabled:
+            return None
+        if states.parse_marker(svc.disabled_reason):
+            return None
+        if svc.disabled_reason:
+            return 'disabled by an operator (reason: %s)' % (
+                svc.disabled_reason,)
+        return 'disabled by an operator'
