@@ -1,0 +1,97 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""instanceha-heartbeat-agent: signed UDP heartbeats from a compute host.
+
+Deliberately small: the standard library only (no oslo, no OpenStack
+clients), so it runs on any compute host and starts in milliseconds.
+"""
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+
+from instanceha.heartbeat import agent as agent_mod
+from instanceha.heartbeat import keys
+
+PROG = 'instanceha-heartbeat-agent'
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description='Send HMAC-signed UDP heartbeats to the instanceha '
+                    'service so it can tell a dead compute host from one '
+                    'cut off from the control plane.')
+    parser.add_argument(
+        '--host', default=socket.gethostname(),
+        help='Name sent in each heartbeat; must equal the nova-compute '
+             'service host name (default: this machine\'s host name, which '
+             'is also nova\'s default).')
+    parser.add_argument(
+        '--collector', action='append', required=True, metavar='ADDR[:PORT]',
+        help='Where the instanceha service listens ([heartbeat] '
+             'listen_addresses/port); repeat for every service copy. IPv6 '
+             'as [ADDR]:PORT. Default port %d.' % agent_mod.DEFAULT_PORT)
+    parser.add_argument(
+        '--key-file', required=True,
+        help='File holding the shared key (the service\'s [heartbeat] '
+             'key_file). Re-read when it changes.')
+    parser.add_argument(
+        '--interval', type=float, default=5.0,
+        help='Seconds between heartbeats (default 5); keep it well below '
+             'the service\'s [heartbeat] timeout.')
+    parser.add_argument(
+        '--count', type=int, default=0,
+        help='Stop after this many heartbeats (default 0: run forever).')
+    parser.add_argument('--debug', action='store_true',
+                        help='Log every heartbeat sent.')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format='%(asctime)s %(levelname)s %(name)s %(message)s')
+    if not 0.1 <= args.interval <= 3600:
+        parser.error('--interval %s: must be between 0.1 and 3600 seconds'
+                     % args.interval)
+    if args.count < 0:
+        parser.error('--count must not be negative')
+    try:
+        collectors = [agent_mod.parse_endpoint(c, agent_mod.DEFAULT_PORT)
+                      for c in args.collector]
+    except ValueError as exc:
+        parser.error('--collector: %s' % exc)
+    try:
+        keyring = keys.KeyRing(args.key_file, option='--key-file')
+        agent = agent_mod.Agent(args.host, keyring, collectors,
+                                args.interval)
+    except ValueError as exc:
+        print('%s: error: %s' % (PROG, exc), file=sys.stderr)
+        return 2
+
+    def terminate(signum, frame):
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    agent.run(count=args.count)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

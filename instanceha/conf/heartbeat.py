@@ -1,0 +1,77 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host heartbeat listener and detector (R15)."""
+
+from oslo_config import cfg
+
+from instanceha import exceptions
+
+GROUP = 'heartbeat'
+
+OPTS = [
+    cfg.StrOpt('key_file', default='/etc/instanceha/heartbeat.key',
+               help='File holding the shared key that signs heartbeats '
+                    '(HMAC-SHA256); the agents read the same key. One line, '
+                    'at least 16 bytes, e.g. from "openssl rand -hex 32". '
+                    'Re-read when it changes.'),
+    cfg.StrOpt('previous_key_file',
+               help='During a key rotation, the file holding the previous '
+                    'key, still accepted until every agent uses the new '
+                    'one. Unset it when the rotation is done.'),
+    cfg.ListOpt('listen_addresses', default=['0.0.0.0', '::'],
+                help='Addresses the heartbeat listener binds, IPv4 and/or '
+                     'IPv6 (e.g. 0.0.0.0, ::, 192.0.2.10, fd00::10).'),
+    cfg.PortOpt('port', default=7411,
+                help='UDP port the heartbeat listener binds.'),
+    cfg.IntOpt('timeout', default=15, min=1, max=3600,
+               help='A host whose last valid heartbeat is older than this '
+                    'many seconds is failed; one with a younger heartbeat '
+                    'is alive even if Nova reports it down (isolated from '
+                    'the control plane). A freshly started listener reports '
+                    'hosts it has not heard from yet as unknown until this '
+                    'long after it started. Keep it at least 3 agent '
+                    'intervals.'),
+    cfg.IntOpt('max_clock_skew', default=15, min=1, max=3600,
+               help='Heartbeats whose time stamp is further than this many '
+                    'seconds from this machine\'s clock are rejected (stale '
+                    'or future). It also bounds how long a captured packet '
+                    'could be replayed to a freshly started listener.'),
+    cfg.IntOpt('mass_loss_share', default=50, min=1, max=100,
+               help='When more than this percentage of the hosts that were '
+                    'heartbeating stop within one cycle, blame the '
+                    'collector\'s network, not the hosts: report them '
+                    'unknown instead of failed for mass_loss_hold_cycles '
+                    'cycles.'),
+    cfg.IntOpt('mass_loss_min_hosts', default=3, min=1, max=100000,
+               help='A loss of fewer hosts than this in one cycle is never '
+                    'a mass loss, whatever the share (small clouds).'),
+    cfg.IntOpt('mass_loss_hold_cycles', default=3, min=0, max=1000,
+               help='How many detection cycles a mass heartbeat loss is '
+                    'held (hosts reported unknown) before those hosts are '
+                    'reported failed; 0 disables the protection.'),
+    cfg.IntOpt('log_interval', default=60, min=1, max=86400,
+               help='Rejected heartbeats are counted by reason and logged '
+                    'at most once per reason per this many seconds.'),
+]
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    group = conf.heartbeat
+    if group.timeout <= 1 and 'heartbeat' in conf.detection.detectors:
+        raise exceptions.ConfigurationError(
+            'option [heartbeat] timeout = %d leaves no room for a lost '
+            'packet; use at least 3 agent intervals' % group.timeout)
+    if group.key_file and group.previous_key_file == group.key_file:
+        raise exceptions.ConfigurationError(
+            'option [heartbeat] previous_key_file names the same file as '
+            'key_file (%s)' % group.key_file)

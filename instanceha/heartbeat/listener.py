@@ -1,0 +1,529 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""UDP listeners for host heartbeats and fence_kdump messages.
+
+Each listener is one thread around a selector over its sockets (one per
+configured address, IPv4 and IPv6). Every datagram goes through a pure
+``handle(data, address)`` method, which the tests and the benchmark also
+call directly. A bad datagram is counted by reason and logged at a
+bounded rate; nothing a sender does can stop the thread.
+"""
+
+from collections.abc import Callable, Iterable
+import dataclasses
+import datetime
+import ipaddress
+import logging
+import selectors
+import socket
+import threading
+import time
+
+from instanceha.heartbeat import kdump
+from instanceha.heartbeat import keys as keys_mod
+from instanceha.heartbeat import protocol
+
+LOG = logging.getLogger(__name__)
+
+#: Upper bound on the hosts a listener remembers, whatever senders claim.
+MAX_HOSTS = 65536
+#: Datagrams read from one socket before looking at the others.
+_BURST = 256
+#: Kernel receive buffer asked for, so bursts are not dropped.
+_RCVBUF = 4 * 1024 * 1024
+#: Reverse DNS answers (and failures) are remembered this long.
+_DNS_TTL = 300.0
+_DNS_CACHE_MAX = 4096
+#: A kdump message after this much silence starts a new dump episode.
+KDUMP_EPISODE_GAP = datetime.timedelta(minutes=10)
+INTERNAL_ERROR = 'internal_error'
+
+
+def normalize_address(address: str) -> str:
+    """Canonical text of an IP address (IPv4-mapped IPv6 becomes IPv4).
+
+    :raises ValueError: if it is not an IP address.
+    """
+    ip = ipaddress.ip_address(address.split('%', 1)[0])
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return str(ip)
+
+
+class RejectLog:
+    """Counts rejected packets by reason and logs them at a bounded rate.
+
+    Each reason is logged at most once per ``interval`` seconds, with how
+    many were not logged since: a flood cannot flood the log.
+    """
+
+    def __init__(self, what: str, interval: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 quiet: Iterable[str] = ()):
+        self.what = what
+        #: Reasons counted but logged at debug level only.
+        self.quiet = frozenset(quiet)
+        self.interval = interval
+        self._clock = clock
+        self.counts: dict[str, int] = {}
+        self._last_logged: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def reject(self, reason: str, sender: str, detail: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if reason in self.quiet:
+            LOG.debug('%s: rejected a packet from %s: %s: %s', self.what,
+                      sender, reason, detail)
+            return
+        now = self._clock()
+        last = self._last_logged.get(reason)
+        if last is not None and now - last < self.interval:
+            self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+            return
+        self._last_logged[reason] = now
+        hidden = self._suppressed.pop(reason, 0)
+        LOG.warning('%s: rejected a packet from %s: %s: %s%s', self.what,
+                    sender, reason, detail,
+                    ' (%d more %s packets since the last such message)'
+                    % (hidden, reason) if hidden else '')
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class UdpListener:
+    """A thread reading datagrams from a set of UDP sockets.
+
+    :param endpoints: (address, port) pairs to bind; port 0 picks a free
+        port (see :attr:`addresses` once started).
+    :param handle: called with (datagram, sender address) for each one.
+    :param housekeeping: called about every ``housekeeping_interval``
+        seconds in the same thread (key reloads).
+    """
+
+    def __init__(self, name: str, endpoints: Iterable[tuple[str, int]],
+                 handle: Callable[[bytes, str], None], bufsize: int,
+                 housekeeping: Callable[[], None] | None = None,
+                 housekeeping_interval: float = 5.0):
+        self.name = name
+        self.endpoints = list(endpoints)
+        self._handle = handle
+        self._bufsize = bufsize
+        self._housekeeping = housekeeping
+        self._hk_interval = housekeeping_interval
+        self._sockets: list[socket.socket] = []
+        self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = None
+        self._stopping = False
+        self.errors = RejectLog(name)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The (address, port) pairs actually bound."""
+        return [s.getsockname()[:2] for s in self._sockets]
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _bind(self, address: str, port: int) -> socket.socket:
+        family = (socket.AF_INET6 if ':' in address else socket.AF_INET)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if family == socket.AF_INET6:
+                # Let an IPv4 socket share the port (0.0.0.0 and ::).
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                _RCVBUF)
+            except OSError:
+                pass
+            sock.bind((address, port))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def start(self) -> None:
+        """Bind every endpoint and start the thread.
+
+        :raises OSError: naming the address that could not be bound.
+        """
+        if self._thread is not None:
+            return
+        try:
+            for address, port in self.endpoints:
+                try:
+                    self._sockets.append(self._bind(address, port))
+                except OSError as exc:
+                    raise OSError(exc.errno, '%s: cannot listen on %s port '
+                                  '%d: %s' % (self.name, address, port,
+                                              exc.strerror)) from None
+        except OSError:
+            self._close()
+            raise
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=self.name,
+                                        daemon=True)
+        self._thread.start()
+        LOG.info('%s listening on %s', self.name, ', '.join(
+            '[%s]:%d' % a for a in self.addresses))
+
+    def stop(self) -> None:
+        """Stop the thread and close the sockets; safe to call twice."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stopping = True
+            try:
+                self._wake_w.send(b'x')
+            except OSError:
+                pass
+            thread.join(10)
+        self._close()
+
+    def _close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+        for sock in (self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._wake_r = self._wake_w = None
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for sock in self._sockets:
+            sel.register(sock, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        next_hk = time.monotonic() + self._hk_interval
+        try:
+            while not self._stopping:
+                timeout = max(0.0, next_hk - time.monotonic())
+                for key, _ in sel.select(timeout):
+                    if key.fileobj is not self._wake_r:
+                        self._drain(key.fileobj)
+                if time.monotonic() >= next_hk:
+                    next_hk = time.monotonic() + self._hk_interval
+                    if self._housekeeping is not None:
+                        self._guarded(self._housekeeping)
+        finally:
+            sel.close()
+
+    def _drain(self, sock: socket.socket) -> None:
+        for _ in range(_BURST):
+            try:
+                data, sender = sock.recvfrom(self._bufsize)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                # e.g. ICMP errors surfacing on the socket; keep going.
+                self.errors.reject('socket_error', self.name, str(exc))
+                return
+            self._guarded(self._handle, data, sender[0])
+
+    def _guarded(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            LOG.exception('%s: unexpected error (ignored)', self.name)
+            self.errors.reject(INTERNAL_ERROR, self.name,
+                               '%s: %s' % (type(exc).__name__, exc))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRecord:
+    """The last valid heartbeat of one host."""
+
+    boot_id: bytes
+    sequence: int
+    #: The sender's timestamp (seconds since the epoch).
+    sent: float
+    #: When it arrived, on the listener's monotonic clock.
+    received: float
+    address: str
+    key_index: int
+
+
+class HeartbeatListener:
+    """Receives host heartbeats and keeps the last valid one per host.
+
+    :param keys: a KeyRing or a fixed tuple of keys (current first).
+    :param max_clock_skew: packets whose timestamp differs from this
+        machine's clock by more are rejected (stale or future).
+    :param known_hosts: host names accepted; None accepts every
+        authenticated name (until :meth:`set_known_hosts` is called).
+    :param clock: monotonic clock for receive times; ``wall`` the UTC
+        wall clock in seconds, for the sender's timestamps.
+    """
+
+    def __init__(self, endpoints: Iterable[tuple[str, int]],
+                 keys: keys_mod.KeyRing | tuple[bytes, ...], max_clock_skew: float,
+                 known_hosts: Iterable[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 log_interval: float = 60.0):
+        self._keyring = keys if isinstance(keys, keys_mod.KeyRing) else None
+        self._keys = tuple(keys.keys if self._keyring else keys)
+        if not self._keys:
+            raise ValueError('heartbeat listener needs at least one key')
+        self.max_clock_skew = max_clock_skew
+        self._known = None if known_hosts is None else frozenset(known_hosts)
+        self._clock = clock
+        self._wall = wall
+        self._table: dict[str, HostRecord] = {}
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.accepted_previous_key = 0
+        self.rejects = RejectLog('heartbeat listener', log_interval, clock,
+                                 quiet=[protocol.DUPLICATE])
+        self.started_at: float | None = None
+        self.udp = UdpListener('heartbeat-listener', endpoints, self.handle,
+                               protocol.MAX_PACKET + 1,
+                               housekeeping=self._reload_keys)
+
+    def start(self) -> None:
+        self.udp.start()
+        self.started_at = self._clock()
+
+    def stop(self) -> None:
+        self.udp.stop()
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return self.udp.addresses
+
+    def now(self) -> float:
+        """The listener's monotonic clock (compare with ``received``)."""
+        return self._clock()
+
+    def _reload_keys(self) -> None:
+        if self._keyring is not None:
+            self._keyring.reload()
+            self._keys = self._keyring.keys
+
+    def set_known_hosts(self, hosts: Iterable[str] | None) -> None:
+        """Accept heartbeats only from these names (None: from any)."""
+        self._known = None if hosts is None else frozenset(hosts)
+
+    def handle(self, data: bytes, sender: str) -> HostRecord | None:
+        """Check one datagram; record and return it if valid."""
+        try:
+            hb = protocol.decode(data, self._keys)
+            known = self._known
+            if known is not None and hb.host not in known:
+                raise protocol.Rejected(protocol.UNKNOWN_HOST,
+                                        'host %r is not a compute host'
+                                        % hb.host)
+            wall = self._wall()
+            if hb.timestamp < wall - self.max_clock_skew:
+                raise protocol.Rejected(
+                    protocol.STALE, 'host %s timestamp %.1f s in the past'
+                    % (hb.host, wall - hb.timestamp))
+            if hb.timestamp > wall + self.max_clock_skew:
+                raise protocol.Rejected(
+                    protocol.FUTURE, 'host %s timestamp %.1f s in the future'
+                    % (hb.host, hb.timestamp - wall))
+            with self._lock:
+                record = self._check_replay(hb, sender)
+                self._table[hb.host] = record
+        except protocol.Rejected as exc:
+            self.rejects.reject(exc.reason, sender, exc.detail)
+            return None
+        self.accepted += 1
+        if hb.key_index:
+            self.accepted_previous_key += 1
+        return record
+
+    def _check_replay(self, hb: protocol.Heartbeat,
+                      sender: str) -> HostRecord:
+        last = self._table.get(hb.host)
+        if last is None:
+            if len(self._table) >= MAX_HOSTS:
+                raise protocol.Rejected(protocol.UNKNOWN_HOST,
+                                        'table full (%d hosts)' % MAX_HOSTS)
+        elif hb.boot_id == last.boot_id:
+            if hb.sequence == last.sequence and hb.timestamp == last.sent:
+                raise protocol.Rejected(
+                    protocol.DUPLICATE, 'host %s sequence %d again'
+                    % (hb.host, hb.sequence))
+            if hb.sequence <= last.sequence:
+                raise protocol.Rejected(
+                    protocol.REPLAY, 'host %s sequence %d, already at %d'
+                    % (hb.host, hb.sequence, last.sequence))
+        elif hb.timestamp <= last.sent:
+            raise protocol.Rejected(
+                protocol.REPLAY, 'host %s: new boot id with a timestamp not '
+                'after its last heartbeat' % hb.host)
+        return HostRecord(hb.boot_id, hb.sequence, hb.timestamp,
+                          self._clock(), sender, hb.key_index)
+
+    def record(self, host: str) -> HostRecord | None:
+        return self._table.get(host)
+
+    def records(self) -> dict[str, HostRecord]:
+        with self._lock:
+            return dict(self._table)
+
+    def age(self, host: str) -> float | None:
+        """Seconds since ``host``'s last valid heartbeat; None if never."""
+        rec = self._table.get(host)
+        return None if rec is None else self._clock() - rec.received
+
+    def stats(self) -> dict:
+        return {'accepted': self.accepted,
+                'accepted_previous_key': self.accepted_previous_key,
+                'rejected': dict(self.rejects.counts),
+                'errors': dict(self.udp.errors.counts),
+                'hosts': len(self._table)}
+
+
+@dataclasses.dataclass(frozen=True)
+class KdumpRecord:
+    """What the kdump listener heard from one host."""
+
+    first: datetime.datetime
+    last: datetime.datetime
+    count: int
+    address: str
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class KdumpListener:
+    """Receives fence_kdump messages and remembers who is dumping.
+
+    :param address_map: sender IP address -> host name; checked first.
+    :param reverse_dns: when an address is not mapped, look its name up
+        (cached) and use it if it (or its first label) is a known host,
+        or as it is while no known hosts were given.
+    """
+
+    def __init__(self, endpoints: Iterable[tuple[str, int]],
+                 address_map: dict[str, str] | None = None,
+                 reverse_dns: bool = True,
+                 known_hosts: Iterable[str] | None = None,
+                 now: Callable[[], datetime.datetime] = _utcnow,
+                 resolver: Callable[[str], tuple] = socket.gethostbyaddr,
+                 log_interval: float = 60.0):
+        self.address_map = {normalize_address(a): h
+                            for a, h in (address_map or {}).items()}
+        self.reverse_dns = reverse_dns
+        self._known = None if known_hosts is None else frozenset(known_hosts)
+        self._now = now
+        self._resolver = resolver
+        self._dns: dict[str, tuple[str | None, float]] = {}
+        self._table: dict[str, KdumpRecord] = {}
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.rejects = RejectLog('kdump listener', log_interval)
+        self.udp = UdpListener('kdump-listener', endpoints, self.handle,
+                               kdump.SIZE + 1)
+
+    def start(self) -> None:
+        self.udp.start()
+
+    def stop(self) -> None:
+        self.udp.stop()
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return self.udp.addresses
+
+    def set_known_hosts(self, hosts: Iterable[str] | None) -> None:
+        self._known = None if hosts is None else frozenset(hosts)
+
+    def _reverse(self, address: str) -> str | None:
+        now = time.monotonic()
+        hit = self._dns.get(address)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        try:
+            name, aliases, _ = self._resolver(address)
+            names = [name, *aliases]
+        except (OSError, UnicodeError):
+            names = []
+        found = None
+        known = self._known
+        for name in names:
+            for candidate in (name, name.split('.', 1)[0]):
+                if known is None or candidate in known:
+                    found = candidate
+                    break
+            if found:
+                break
+        if len(self._dns) >= _DNS_CACHE_MAX:
+            self._dns.clear()
+        self._dns[address] = (found, now + _DNS_TTL)
+        return found
+
+    def host_of(self, address: str) -> str | None:
+        """The host an address belongs to, or None."""
+        address = normalize_address(address)
+        host = self.address_map.get(address)
+        if host is None and self.reverse_dns:
+            host = self._reverse(address)
+        return host
+
+    def handle(self, data: bytes, sender: str) -> KdumpRecord | None:
+        """Check one datagram; record and return it if valid."""
+        try:
+            kdump.decode(data)
+            host = self.host_of(sender)
+            if host is None:
+                raise kdump.Rejected(
+                    kdump.UNKNOWN_SENDER, 'address %s is not in [kdump] '
+                    'address_map%s' % (sender, ' and has no reverse DNS '
+                                       'name of a compute host'
+                                       if self.reverse_dns else ''))
+            now = self._now()
+            with self._lock:
+                last = self._table.get(host)
+                if last is not None and now - last.last > KDUMP_EPISODE_GAP:
+                    last = None
+                if last is None and len(self._table) >= MAX_HOSTS:
+                    raise kdump.Rejected(kdump.UNKNOWN_SENDER, 'table full')
+                record = KdumpRecord(
+                    first=last.first if last else now, last=now,
+                    count=(last.count if last else 0) + 1, address=sender)
+                self._table[host] = record
+        except kdump.Rejected as exc:
+            self.rejects.reject(exc.reason, sender, exc.detail)
+            return None
+        self.accepted += 1
+        if record.count == 1:
+            LOG.warning('host %s (%s) is writing a crash dump (fence_kdump '
+                        'message received)', host, sender)
+        return record
+
+    def record(self, host: str) -> KdumpRecord | None:
+        return self._table.get(host)
+
+    def last_message(self, host: str) -> datetime.datetime | None:
+        rec = self._table.get(host)
+        return None if rec is None else rec.last
+
+    def forget(self, host: str) -> None:
+        """Drop a host's record (e.g. once it is back in service)."""
+        with self._lock:
+            self._table.pop(host, None)
+
+    def stats(self) -> dict:
+        return {'accepted': self.accepted,
+                'rejected': dict(self.rejects.counts),
+                'errors': dict(self.udp.errors.counts),
+                'hosts': len(self._table)}

@@ -1,0 +1,193 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host heartbeat wire protocol, version 1.
+
+One UDP datagram per heartbeat, all integers big-endian::
+
+    offset  size  field
+         0     4  magic       b'IHHB'
+         4     1  version     1
+         5     1  flags       0 (reserved; anything else is malformed)
+         6     2  name_len    length of the host name, 1..255
+         8    16  boot_id     random, chosen when the agent starts
+        24     8  sequence    1, 2, 3, ... within one boot_id
+        32     8  timestamp   sender's UTC wall clock, ms since the epoch
+        40     n  host name   UTF-8, printable, no white space
+      40+n    32  mac         HMAC-SHA256(key, bytes 0 .. 40+n-1)
+
+The datagram is exactly ``72 + name_len`` bytes (73..327); anything
+shorter is *truncated*, anything longer *oversized*. The MAC covers the
+whole packet, so nothing in it can be changed without the key.
+
+Why boot_id + sequence rather than a persisted counter: the agent keeps no
+state on disk (a compute host's disk may be what failed, and a counter
+file restored from a backup would go back), yet an agent restart must not
+look like a replay. A fresh random boot_id starts a new sequence; the
+listener accepts a new boot_id only with a timestamp later than the last
+packet it accepted from that host, so an old boot's captured packets
+cannot come back. Within a boot_id the sequence must grow.
+
+What a captured packet can do: nothing once the listener has seen a newer
+packet from that host. A listener that has just started knows no
+sequences, so a packet captured less than ``max_clock_skew`` seconds ago
+could be accepted once; timestamps bound that window.
+
+Key rotation: the listener holds a current and an optional previous key
+and accepts either; agents switch to the new key at their own pace, then
+the previous key is removed.
+"""
+
+import dataclasses
+import hashlib
+import hmac
+import os
+import struct
+
+MAGIC = b'IHHB'
+VERSION = 1
+HEADER = struct.Struct('!4sBBH16sQQ')
+MAC_SIZE = hashlib.sha256().digest_size
+MAX_NAME = 255
+BOOT_ID_SIZE = 16
+MIN_PACKET = HEADER.size + 1 + MAC_SIZE
+MAX_PACKET = HEADER.size + MAX_NAME + MAC_SIZE
+
+# Why a packet was rejected; also the labels of the rejection counters.
+TRUNCATED = 'truncated'
+OVERSIZED = 'oversized'
+BAD_MAGIC = 'bad_magic'
+BAD_VERSION = 'bad_version'
+MALFORMED = 'malformed'
+BAD_HMAC = 'bad_hmac'
+UNKNOWN_HOST = 'unknown_host'
+STALE = 'stale'
+FUTURE = 'future'
+REPLAY = 'replay'
+#: The very packet last accepted from that host, again: a collector
+#: reached on two addresses gets each packet twice. Rejected like a
+#: replay but harmless (nothing changes), so it is logged at debug level.
+DUPLICATE = 'duplicate'
+REASONS = (TRUNCATED, OVERSIZED, BAD_MAGIC, BAD_VERSION, MALFORMED,
+           BAD_HMAC, UNKNOWN_HOST, STALE, FUTURE, REPLAY, DUPLICATE)
+
+
+class Rejected(Exception):
+    """A packet that must be ignored; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str = ''):
+        super().__init__('%s%s' % (reason, ': ' + detail if detail else ''))
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """An authenticated heartbeat (freshness and replay not yet checked)."""
+
+    host: str
+    boot_id: bytes
+    sequence: int
+    #: Sender's clock, seconds since the epoch.
+    timestamp: float
+    #: Index of the key that verified it: 0 current, 1 previous.
+    key_index: int = 0
+
+
+def new_boot_id() -> bytes:
+    return os.urandom(BOOT_ID_SIZE)
+
+
+def _valid_name(name: str) -> bool:
+    return name.isprintable() and not any(c.isspace() for c in name)
+
+
+def check_host_name(host: str) -> bytes:
+    """The host name as sent.
+
+    :raises ValueError: if the format cannot carry it.
+    """
+    name = host.encode('utf-8')
+    if not 1 <= len(name) <= MAX_NAME or not _valid_name(host):
+        raise ValueError('host name %r: 1..%d printable UTF-8 bytes without '
+                         'white space required' % (host, MAX_NAME))
+    return name
+
+
+def encode(host: str, boot_id: bytes, sequence: int, timestamp: float,
+           key: bytes) -> bytes:
+    """Build and sign one heartbeat packet.
+
+    :raises ValueError: for a host name, boot id or sequence the format
+        cannot carry.
+    """
+    name = check_host_name(host)
+    if len(boot_id) != BOOT_ID_SIZE:
+        raise ValueError('boot id must be %d bytes' % BOOT_ID_SIZE)
+    if not 0 < sequence < 2 ** 64:
+        raise ValueError('sequence %r out of range' % sequence)
+    body = HEADER.pack(MAGIC, VERSION, 0, len(name), boot_id, sequence,
+                       int(timestamp * 1000)) + name
+    return body + hmac.new(key, body, hashlib.sha256).digest()
+
+
+def decode(data: bytes, keys: tuple[bytes, ...]) -> Heartbeat:
+    """Check a packet's shape and MAC and return its content.
+
+    Cheap checks come first so garbage costs no HMAC; the name is decoded
+    only once the MAC proved the sender holds a key.
+
+    :param keys: the accepted keys, current first.
+    :raises Rejected: with the first reason the packet fails.
+    """
+    size = len(data)
+    if size < MIN_PACKET:
+        raise Rejected(TRUNCATED, '%d bytes, at least %d expected'
+                       % (size, MIN_PACKET))
+    if size > MAX_PACKET:
+        raise Rejected(OVERSIZED, 'larger than %d bytes' % MAX_PACKET)
+    magic, version, flags, name_len, boot_id, seq, ts_ms = (
+        HEADER.unpack_from(data))
+    if magic != MAGIC:
+        raise Rejected(BAD_MAGIC, 'magic %s' % magic.hex())
+    if version != VERSION:
+        raise Rejected(BAD_VERSION, 'version %d, only %d is understood'
+                       % (version, VERSION))
+    expected = HEADER.size + name_len + MAC_SIZE
+    if size < expected:
+        raise Rejected(TRUNCATED, '%d bytes, name length says %d'
+                       % (size, expected))
+    if size > expected:
+        raise Rejected(OVERSIZED, '%d bytes, name length says %d'
+                       % (size, expected))
+    if flags or not name_len:
+        raise Rejected(MALFORMED, 'flags %d, name length %d'
+                       % (flags, name_len))
+    body = memoryview(data)[:-MAC_SIZE]
+    mac = data[-MAC_SIZE:]
+    for index, key in enumerate(keys):
+        if hmac.compare_digest(
+                hmac.new(key, body, hashlib.sha256).digest(), mac):
+            break
+    else:
+        raise Rejected(BAD_HMAC, 'no configured key verifies it')
+    try:
+        host = bytes(data[HEADER.size:-MAC_SIZE]).decode('utf-8')
+    except UnicodeDecodeError:
+        raise Rejected(MALFORMED, 'host name is not UTF-8') from None
+    if not _valid_name(host):
+        raise Rejected(MALFORMED, 'host name %r has unprintable or white '
+                       'space characters' % host)
+    if not seq:
+        raise Rejected(MALFORMED, 'sequence 0')
+    return Heartbeat(host=host, boot_id=bytes(boot_id), sequence=seq,
+                     timestamp=ts_ms / 1000.0, key_index=index)

@@ -1,0 +1,244 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The hosts' own witness: signed UDP heartbeats from each host (R15).
+
+Nova alone cannot tell a dead host from one cut off from the control
+plane: both stop updating the service. The heartbeat agent on the host
+reaches the service by another path; a fresh heartbeat proves the host
+runs.
+
+Verdicts, per compute host in the snapshot:
+
+* heartbeat younger than [heartbeat] timeout -> ALIVE. If Nova says
+  the service is down, it is logged as *isolated from the control plane*.
+  Under [detection] combine = veto (or all) this ALIVE vetoes the
+  nova detector's FAILED: the plan reports the host ISOLATED and never
+  fences it.
+* heartbeat older than the timeout -> FAILED.
+* never heard -> UNKNOWN while the listener (or the host, if it appeared
+  in Nova later) is younger than one full timeout: a listener that just
+  started cannot know who is alive. After that, FAILED.
+* mass-loss hold: when more than mass_loss_share percent of the hosts
+  that were fresh in the previous cycle (and at least
+  mass_loss_min_hosts) are stale in this one, the collector's network
+  is blamed, not the hosts: those hosts are UNKNOWN, with the reason
+  saying so, for mass_loss_hold_cycles cycles, then FAILED.
+
+UNKNOWN has no vote. Under combine = veto the warm-up and the hold
+therefore only withdraw this witness (Nova's verdict stands, as without
+this detector); under combine = all they hold the host UNKNOWN, so
+"dead" needs both witnesses and nothing acts while either cannot tell.
+all is the recommended mode with this detector.
+
+Each call of :meth:`detect` is one cycle (the hold counts calls).
+"""
+
+import datetime
+import logging
+
+from instanceha.engine import model
+from instanceha import exceptions
+from instanceha.heartbeat import keys
+from instanceha.heartbeat import listener as listener_mod
+from instanceha.plugins.detectors import base
+
+LOG = logging.getLogger(__name__)
+
+V = base.Verdict
+
+
+def endpoints(addresses, port: int, option: str) -> list[tuple[str, int]]:
+    result = []
+    for address in addresses:
+        try:
+            listener_mod.normalize_address(address)
+        except ValueError:
+            raise exceptions.ConfigurationError(
+                'option %s: %r is not an IP address' % (option, address)
+            ) from None
+        result.append((address, port))
+    if not result:
+        raise exceptions.ConfigurationError('option %s is empty' % option)
+    return result
+
+
+def start_listener(lst, option: str) -> None:
+    """Start a listener, turning a bind failure into a ConfigurationError."""
+    try:
+        lst.start()
+    except OSError as exc:
+        raise exceptions.ConfigurationError(
+            'option %s: %s' % (option, exc.strerror or exc)) from None
+
+
+class HeartbeatDetector(base.Detector):
+    """Alive while the host's agent beats; failed once it stopped."""
+
+    description = ('signed UDP heartbeats from instanceha-heartbeat-agent: '
+                   'fresh -> alive (isolated if Nova says down), stale -> '
+                   'failed')
+
+    def __init__(self, conf, listener=None):
+        super().__init__(conf)
+        #: A HeartbeatListener; built by start() unless given (tests).
+        self.listener = listener
+        self._own_listener = listener is None
+        self._first_seen: dict[str, float] = {}
+        self._prev_fresh: set[str] = set()
+        self._isolated: set[str] = set()
+        self._held: set[str] = set()
+        self._hold_left = 0
+        self._hold_cycle = 0
+
+    @classmethod
+    def get_properties(cls) -> dict[str, str]:
+        return {
+            '[heartbeat] key_file': 'shared key the agents sign with',
+            '[heartbeat] previous_key_file': 'key still accepted during a '
+                                             'rotation',
+            '[heartbeat] listen_addresses': 'addresses to listen on',
+            '[heartbeat] port': 'UDP port to listen on',
+            '[heartbeat] timeout': 'age after which a heartbeat is stale',
+            '[heartbeat] max_clock_skew': 'time stamp tolerance',
+            '[heartbeat] mass_loss_share': 'share of hosts lost at once '
+                                           'that triggers a hold',
+            '[heartbeat] mass_loss_min_hosts': 'smallest mass loss',
+            '[heartbeat] mass_loss_hold_cycles': 'length of the hold',
+        }
+
+    def _keyring(self) -> keys.KeyRing:
+        group = self.conf.heartbeat
+        try:
+            return keys.KeyRing(group.key_file, group.previous_key_file)
+        except ValueError as exc:
+            raise exceptions.ConfigurationError(str(exc)) from None
+
+    def validate(self) -> None:
+        self._keyring()
+        endpoints(self.conf.heartbeat.listen_addresses, 0,
+                  '[heartbeat] listen_addresses')
+
+    def start(self) -> None:
+        if self.listener is not None and not self._own_listener:
+            return
+        group = self.conf.heartbeat
+        self.listener = listener_mod.HeartbeatListener(
+            endpoints(group.listen_addresses, group.port,
+                      '[heartbeat] listen_addresses'),
+            self._keyring(), group.max_clock_skew,
+            log_interval=group.log_interval)
+        start_listener(self.listener, '[heartbeat] listen_addresses/port')
+
+    def stop(self) -> None:
+        if self.listener is not None and self._own_listener:
+            self.listener.stop()
+            self.listener = None
+
+    def detect(self, snapshot: model.Snapshot,
+               now: datetime.datetime) -> dict[str, base.Evidence]:
+        lst = self.listener
+        hosts = [s.host for s in snapshot.services]
+        if lst is None or lst.started_at is None:
+            return {h: base.Evidence(h, V.UNKNOWN,
+                                     'heartbeat: listener not running')
+                    for h in hosts}
+        lst.set_known_hosts(hosts)
+        timeout = self.conf.heartbeat.timeout
+        mono = lst.now()
+        for host in set(self._first_seen) - set(hosts):
+            del self._first_seen[host]
+        ages = {}
+        for host in hosts:
+            self._first_seen.setdefault(host, mono)
+            ages[host] = lst.age(host)
+        fresh = {h for h, a in ages.items() if a is not None and a <= timeout}
+        self._update_hold(fresh, set(hosts))
+        result = {}
+        for host in hosts:
+            result[host] = self._judge(snapshot.service(host), ages[host],
+                                       timeout, mono)
+        self._prev_fresh = fresh
+        if self._hold_left:
+            self._hold_left -= 1
+            self._hold_cycle += 1
+            if not self._hold_left:
+                LOG.warning('heartbeat: mass-loss hold over; %d host(s) '
+                            'still silent will be reported failed: %s',
+                            len(self._held), ', '.join(sorted(self._held)))
+                self._held = set()
+        return result
+
+    def _update_hold(self, fresh: set[str], hosts: set[str]) -> None:
+        group = self.conf.heartbeat
+        lost = (self._prev_fresh & hosts) - fresh
+        self._held = (self._held & hosts) - fresh
+        if self._hold_left:
+            self._held |= lost
+            if not self._held:
+                LOG.warning('heartbeat: mass-loss hold ended early: every '
+                            'held host is heartbeating again')
+                self._hold_left = 0
+            return
+        previous = len(self._prev_fresh & hosts)
+        if (group.mass_loss_hold_cycles and lost
+                and len(lost) >= group.mass_loss_min_hosts
+                and len(lost) * 100 > group.mass_loss_share * previous):
+            self._held = set(lost)
+            self._hold_left = group.mass_loss_hold_cycles
+            self._hold_cycle = 0
+            LOG.error('heartbeat: mass loss: %d of %d heartbeating hosts '
+                      '(%d%%) stopped within one cycle; blaming the '
+                      'collector\'s network, not the hosts: holding them '
+                      'unknown for %d cycle(s): %s', len(lost), previous,
+                      len(lost) * 100 // previous, self._hold_left,
+                      ', '.join(sorted(lost)))
+
+    def _judge(self, service: model.Service | None, age: float | None,
+               timeout: int, mono: float) -> base.Evidence:
+        host = service.host
+
+        def ev(verdict, text):
+            return base.Evidence(host, verdict, 'heartbeat: ' + text)
+
+        if age is not None and age <= timeout:
+            nova_down = service.forced_down or service.state == model.DOWN
+            if nova_down:
+                if host not in self._isolated:
+                    LOG.warning('host %s: Nova reports its compute service '
+                                'down but its heartbeat is %.1fs old: it is '
+                                'isolated from the control plane, not dead; '
+                                'not failing it', host, age)
+                self._isolated.add(host)
+                return ev(V.ALIVE, 'last heartbeat %.1fs ago; Nova says '
+                          'down: isolated from the control plane' % age)
+            if host in self._isolated:
+                LOG.info('host %s: no longer isolated (Nova reports it up)',
+                         host)
+                self._isolated.discard(host)
+            return ev(V.ALIVE, 'last heartbeat %.1fs ago' % age)
+        self._isolated.discard(host)
+        if host in self._held:
+            return ev(V.UNKNOWN, '%s; held: mass heartbeat loss (cycle %d '
+                      'of %d), blaming the collector\'s network' % (
+                          'last heartbeat %.1fs ago' % age if age is not None
+                          else 'never heard', self._hold_cycle + 1,
+                          self.conf.heartbeat.mass_loss_hold_cycles))
+        if age is not None:
+            return ev(V.FAILED, 'last heartbeat %.1fs ago > timeout %ds'
+                      % (age, timeout))
+        since = mono - max(self.listener.started_at, self._first_seen[host])
+        if since < timeout:
+            return ev(V.UNKNOWN, 'not heard yet; listening for %.1fs, '
+                      'judging after the %ds timeout' % (since, timeout))
+        return ev(V.FAILED, 'never heard in %.1fs (timeout %ds)'
+                  % (since, timeout))
