@@ -10,16 +10,35 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Fencing drivers power one host's device off and on, with proof (R16)."""
+"""Fencing drivers power one host's device off and on, with proof (R16).
+
+A driver is built per host and device from that host's entry in the
+fencing file (see :mod:`instanceha.plugins.fencing.config`). It declares
+its parameters in ``PARAMS``; the base class checks them (missing,
+unknown, wrong type) so every driver reports bad input the same way,
+naming the host, the device and the parameter.
+
+"Off" means the device *reports* off: :meth:`FencingDriver.power_off`
+asks for it and then polls the state until it is off or the time is up.
+Failures are distinct exception classes (wrong credentials, unreachable,
+timed out, accepted but never off) so operators and the chain logic can
+tell them apart; none of their messages ever carries a secret.
+"""
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+import dataclasses
 import enum
+import logging
+import time
 from typing import Any
 
 from oslo_config import cfg
 
+from instanceha import exceptions
 from instanceha.plugins import base
+
+LOG = logging.getLogger(__name__)
 
 
 class PowerState(str, enum.Enum):
@@ -28,33 +47,317 @@ class PowerState(str, enum.Enum):
     UNKNOWN = 'unknown'
 
 
+# -- errors -----------------------------------------------------------------
+
+class DeviceError(exceptions.FencingError):
+    """One device of one host failed. Subclasses say how."""
+
+    #: Short words for the kind of failure, used in summaries.
+    reason = 'failed'
+    #: Whether trying the same device again may help.
+    retryable = True
+
+    def __init__(self, driver: 'FencingDriver', detail: str):
+        self.host = driver.host
+        self.device = driver.device
+        self.detail = driver.redact(detail)
+        super().__init__('host %s device %s (%s): %s: %s' % (
+            driver.host, driver.device, driver.describe_target(),
+            self.reason, self.detail))
+
+
+class AuthError(DeviceError):
+    """The device answered but refused the credentials or the action."""
+
+    reason = 'authentication failed'
+    retryable = False
+
+
+class UnreachableError(DeviceError):
+    """Nothing answered at the device's address."""
+
+    reason = 'unreachable'
+
+
+class UnknownAddressError(UnreachableError):
+    """The device's host name does not resolve, or it has no such target."""
+
+    reason = 'unknown host'
+    retryable = False
+
+
+class DeviceTimeoutError(DeviceError):
+    """The device did not answer within the time allowed."""
+
+    reason = 'timed out'
+
+
+class NotConfirmedError(DeviceError):
+    """The device accepted the command but never reported the new state."""
+
+    reason = 'not confirmed'
+
+
+# -- parameters ---------------------------------------------------------------
+
+_TRUE = ('1', 'true', 'yes', 'on')
+_FALSE = ('0', 'false', 'no', 'off')
+
+
+def to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError('expected true or false, got %r' % (value,))
+
+
+def to_port(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError('expected a port number, got %r' % (value,))
+    port = int(value)
+    if not 0 < port < 65536:
+        raise ValueError('port %d out of range 1..65535' % port)
+    return port
+
+
+def to_positive(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError('expected a number, got %r' % (value,))
+    number = float(value)
+    if number <= 0:
+        raise ValueError('must be greater than 0, got %r' % (value,))
+    return number
+
+
+def to_count(value: Any) -> int:
+    if isinstance(value, bool) or int(value) != float(value):
+        raise ValueError('expected a whole number, got %r' % (value,))
+    number = int(value)
+    if not 0 <= number <= 10:
+        raise ValueError('must be between 0 and 10, got %r' % (value,))
+    return number
+
+
+def to_text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError('expected a single value, got %s'
+                         % type(value).__name__)
+    text = str(value)
+    if '\n' in text or '\r' in text or '\0' in text:
+        raise ValueError('must be a single line')
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One per-host parameter a driver reads."""
+
+    description: str
+    required: bool = False
+    #: Converts the YAML value; raises ValueError with a reason.
+    convert: Callable[[Any], Any] = to_text
+    default: Any = None
+    choices: tuple | None = None
+    #: Secret values may also come from ``<name>_file`` and are redacted
+    #: from every message.
+    secret: bool = False
+
+
+#: Parameters every device accepts; the chain (topology) reads them.
+COMMON_PARAMS: dict[str, Param] = {
+    'driver': Param('Fencing driver name (entry point in instanceha.fencing)',
+                    required=True),
+    'name': Param('Label of this device in logs and results (default: the '
+                  'template name or the driver name)'),
+    'template': Param('Name of an entry in the top-level "devices" section '
+                      'whose parameters this device starts from'),
+    'timeout': Param('Seconds this device may take to confirm a power '
+                     'change (default [fencing] device_timeout)',
+                     convert=to_positive),
+    'retries': Param('Extra attempts after a retryable failure (default '
+                     '[fencing] device_retries)', convert=to_count),
+}
+
+
 class FencingDriver(base.Driver):
     """One fencing device of one host.
 
     Unlike the other kinds, a fencing driver is built per host and device
     from that host's entry in the fencing file; ``validate()`` checks
     those parameters (see ``get_properties()``) without touching the
-    device.
+    device. Subclasses implement ``_request_power``, ``_read_power`` and
+    ``describe_target``; the base class does the polling and the timing.
     """
 
+    #: Driver-specific parameters.
+    PARAMS: dict[str, Param] = {}
+    #: True when parameters not in PARAMS are passed on to the device
+    #: (fence-agent); the driver then checks them itself.
+    PASS_THROUGH = False
+
     def __init__(self, conf: cfg.ConfigOpts, host: str,
-                 params: Mapping[str, Any]):
+                 params: Mapping[str, Any], device: str | None = None):
         super().__init__(conf)
         self.host = host
         self.params = dict(params)
+        self.device = device or self.params.get('name') or self.name or \
+            type(self).__name__
+        self._secrets: list[str] = []
+        self._note_secrets()
+
+    # -- description and validation --------------------------------------
+
+    @classmethod
+    def get_properties(cls) -> dict[str, str]:
+        props = {}
+        for key, param in cls.PARAMS.items():
+            text = param.description
+            if param.required:
+                text += ' (required)'
+            elif param.default is not None:
+                text += ' (default %s)' % (param.default,)
+            if param.choices:
+                text += '; one of %s' % ', '.join(map(str, param.choices))
+            if param.secret:
+                text += '; secret: may be given as %s_file' % key
+            props[key] = text
+        return props
+
+    def _note_secrets(self) -> None:
+        self._secrets = [str(self.params[k]) for k, p in self.PARAMS.items()
+                         if p.secret and self.params.get(k)]
+
+    def _fail(self, message: str) -> None:
+        raise exceptions.ConfigurationError(
+            'fencing host %s device %s: %s' % (self.host, self.device,
+                                               self.redact(message)))
+
+    def validate(self) -> None:
+        """Check and convert parameters; apply defaults.
+
+        :raises ConfigurationError: naming host, device and parameter.
+        """
+        for key in sorted(self.params):
+            if key in COMMON_PARAMS:
+                continue
+            if key not in self.PARAMS and not self.PASS_THROUGH:
+                self._fail('unknown parameter %r for driver %s; known: %s'
+                           % (key, self.name, ', '.join(
+                               sorted(self.PARAMS)) or '(none)'))
+        for key, param in self.PARAMS.items():
+            value = self.params.get(key)
+            if value is None or value == '':
+                if param.required:
+                    self._fail('missing required parameter %r' % key)
+                if param.default is not None:
+                    self.params[key] = param.default
+                else:
+                    self.params.pop(key, None)
+                continue
+            try:
+                value = param.convert(value)
+            except (TypeError, ValueError) as exc:
+                self._fail('parameter %r: %s' % (key, exc))
+            if param.choices and value not in param.choices:
+                self._fail('parameter %r: %r is not one of %s' % (
+                    key, value, ', '.join(map(str, param.choices))))
+            self.params[key] = value
+        self._note_secrets()
+
+    # -- helpers for subclasses ------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret of this device replaced by ***."""
+        for secret in self._secrets:
+            if secret:
+                text = text.replace(secret, '***')
+        return text
+
+    def describe_target(self) -> str:
+        """Where the device is, for messages (never a secret)."""
+        return self.name
+
+    @property
+    def timeout(self) -> float:
+        return float(self.params.get('timeout')
+                     or self.conf.fencing.device_timeout)
+
+    @property
+    def poll_interval(self) -> float:
+        return float(self.conf.fencing.poll_interval)
+
+    @staticmethod
+    def remaining(deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    # -- what a driver implements ------------------------------------------
 
     @abc.abstractmethod
-    def power_off(self) -> None:
-        """Power off and return only once the device reports off.
+    def _request_power(self, state: PowerState, deadline: float) -> None:
+        """Ask the device for ``state`` (ON or OFF); don't wait for it.
 
-        :raises instanceha.exceptions.FencingError: naming the host and
-            device, never a secret.
+        A device that answers "already in that state" must not raise.
         """
 
     @abc.abstractmethod
-    def power_on(self) -> None:
-        """Power on and return once the device reports on."""
-
-    @abc.abstractmethod
-    def power_status(self) -> PowerState:
+    def _read_power(self, deadline: float) -> PowerState:
         """The power state the device reports now."""
+
+    # -- the public operations ---------------------------------------------
+
+    def power_off(self, timeout: float | None = None) -> None:
+        """Power off and return only once the device reports off.
+
+        :param timeout: seconds allowed; default this device's timeout.
+        :raises instanceha.exceptions.FencingError: a DeviceError subclass
+            naming the host and device, never a secret.
+        """
+        self._change(PowerState.OFF, timeout)
+
+    def power_on(self, timeout: float | None = None) -> None:
+        """Power on and return once the device reports on."""
+        self._change(PowerState.ON, timeout)
+
+    def power_status(self, timeout: float | None = None) -> PowerState:
+        """The power state the device reports now."""
+        return self._read_power(self._deadline(timeout))
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self.timeout if timeout is None
+                                   else timeout)
+
+    def _change(self, state: PowerState, timeout: float | None) -> None:
+        deadline = self._deadline(timeout)
+        started = time.monotonic()
+        self._request_power(state, deadline)
+        last_seen: PowerState | None = None
+        last_error: DeviceError | None = None
+        while True:
+            try:
+                last_seen = self._read_power(deadline)
+                last_error = None
+            except (AuthError, UnknownAddressError):
+                raise
+            except DeviceError as exc:
+                # A BMC busy with the power change may drop a status
+                # query; keep polling until the deadline.
+                last_error = exc
+            if last_seen is state and last_error is None:
+                LOG.debug('host %s device %s reports %s after %.1fs',
+                          self.host, self.device, state.value,
+                          time.monotonic() - started)
+                return
+            if self.remaining(deadline) <= 0:
+                break
+            time.sleep(min(self.poll_interval, self.remaining(deadline)))
+        if last_error is not None:
+            raise last_error
+        raise NotConfirmedError(self, 'accepted power %s but still reports '
+                                '%s after %.1fs' % (
+                                    state.value, last_seen.value if last_seen
+                                    else 'nothing',
+                                    time.monotonic() - started))

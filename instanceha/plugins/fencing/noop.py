@@ -28,12 +28,19 @@ class NoopFencing(base.FencingDriver):
                     'was proven about this host\'s power state', self.host,
                     action)
 
-    def power_off(self) -> None:
-        self._warn('power off')
+    def describe_target(self) -> str:
+        return 'noop'
 
-    def power_on(self) -> None:
-        self._warn('power on')
+    def _request_power(self, state: base.PowerState, deadline: float
+                       ) -> None:
+        self._warn('power %s' % state.value)
 
-    def power_status(self) -> base.PowerState:
+    def _read_power(self, deadline: float) -> base.PowerState:
         self._warn('power status')
         return base.PowerState.UNKNOWN
+
+    def power_off(self, timeout: float | None = None) -> None:
+        self._warn('power off')
+
+    def power_on(self, timeout: float | None = None) -> None:
+        self._warn('power on')

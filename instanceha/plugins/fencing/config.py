@@ -1,0 +1,290 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The per-host fencing file: schema, secrets, loading, host look-up.
+
+The file named by ``[fencing] config_file`` is YAML with two top-level
+keys (etc/instanceha/fencing.yaml.sample is a commented example)::
+
+    devices:                 # optional: named templates shared by hosts
+      pdu-a:
+        driver: fence-agent
+        agent: fence_apc_snmp
+        ip: pdu-a.example.com
+        password_file: secrets/pdu-a     # relative to this file
+    hosts:                   # required: one entry per compute host
+      compute-0.example.com: # shorthand: one level with one device
+        driver: ipmi
+        address: 10.0.0.10
+        username: admin
+        password_file: /etc/instanceha/secrets/compute-0
+      compute-1:             # fencing topology: levels tried in order
+        levels:
+          - driver: ipmi     # level 1: a single device (a mapping)
+            address: 10.0.0.11
+            username: admin
+            password_file: /etc/instanceha/secrets/compute-1
+          - - template: pdu-a     # level 2: a list of devices that must
+              plug: 3             # ALL succeed (both PDU outlets)
+            - template: pdu-b
+              plug: 3
+
+A device is a mapping with ``driver`` (an ``instanceha.fencing`` entry
+point: ipmi, redfish, fence-agent, bmh, noop) and that driver's
+parameters (``instanceha-manage drivers list`` and each driver's
+``PARAMS``), plus the common keys ``name`` (label in logs), ``template``
+(start from an entry of ``devices``), ``timeout`` and ``retries``
+(override ``[fencing] device_timeout`` / ``device_retries``). A secret
+parameter (``password``, ``token``) may instead be given as
+``<name>_file``: the file's content (one trailing newline removed) is the
+value, so the YAML file itself can be world-readable while the secrets
+are not.
+
+Host keys match Nova's host names in short or fully qualified form: an
+entry ``compute-0.example.com`` serves host ``compute-0`` and vice versa;
+an exact match always wins, and a short name that matches two entries is
+an error rather than a guess.
+
+Everything is checked at load time: an unknown key, a missing parameter,
+an unreadable secret file each raise a ConfigurationError naming the
+file, the host, the level, the device and the key.
+"""
+
+from collections.abc import Mapping
+import dataclasses
+import os
+from typing import Any
+
+from oslo_config import cfg
+import yaml
+
+from instanceha import exceptions
+from instanceha.plugins.fencing import base
+from instanceha.plugins import loader
+
+NAMESPACE = 'instanceha.fencing'
+_TOP_KEYS = ('devices', 'hosts')
+
+
+@dataclasses.dataclass
+class HostEntry:
+    """One host's fencing levels, drivers built and validated."""
+
+    #: The host name as written in the file.
+    key: str
+    #: Levels in order; each a list of devices that must all succeed.
+    levels: list[list[base.FencingDriver]]
+
+
+@dataclasses.dataclass
+class FencingFile:
+    path: str
+    hosts: dict[str, HostEntry]
+    #: Hosts whose entry is broken, with the reason (lenient loading).
+    errors: dict[str, str]
+
+    def names(self) -> list[str]:
+        return sorted([*self.hosts, *self.errors])
+
+    def find(self, host: str) -> str | None:
+        """The key of ``host``'s entry (short/FQDN aware), or None.
+
+        :raises ConfigurationError: when a short name is ambiguous.
+        """
+        return match_host(host, self.names(), self.path)
+
+
+def match_host(host: str, keys: list[str], path: str = '') -> str | None:
+    """Which of ``keys`` names ``host``; short and FQDN forms match."""
+    if host in keys:
+        return host
+    folded = {k.lower(): k for k in keys}
+    if host.lower() in folded:
+        return folded[host.lower()]
+    short = host.split('.', 1)[0].lower()
+    found = sorted(k for k in keys if k.split('.', 1)[0].lower() == short
+                   and ('.' not in k or '.' not in host))
+    if len(found) > 1:
+        raise exceptions.ConfigurationError(
+            'fencing file %s: host %s matches several entries (%s); name it '
+            'exactly' % (path, host, ', '.join(found)))
+    return found[0] if found else None
+
+
+def _read_yaml(path: str) -> Mapping:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise exceptions.ConfigurationError(
+            'option [fencing] config_file: cannot read %s: %s'
+            % (path, exc.strerror or exc)) from None
+    except yaml.YAMLError as exc:
+        raise exceptions.ConfigurationError(
+            'fencing file %s is not valid YAML: %s'
+            % (path, str(exc).replace('\n', ' '))) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise exceptions.ConfigurationError(
+            'fencing file %s: expected a mapping with keys %s at the top, '
+            'got %s' % (path, ', '.join(_TOP_KEYS), type(data).__name__))
+    unknown = sorted(str(k) for k in data if k not in _TOP_KEYS)
+    if unknown:
+        raise exceptions.ConfigurationError(
+            'fencing file %s: unknown top-level key(s) %s; expected %s'
+            % (path, ', '.join(unknown), ', '.join(_TOP_KEYS)))
+    for key in _TOP_KEYS:
+        if not isinstance(data.get(key) or {}, Mapping):
+            raise exceptions.ConfigurationError(
+                'fencing file %s: "%s" must be a mapping of names to '
+                'entries' % (path, key))
+    return data
+
+
+class _Builder:
+    """Turns one host's YAML entry into validated drivers."""
+
+    def __init__(self, conf: cfg.ConfigOpts, path: str,
+                 templates: Mapping):
+        self.conf = conf
+        self.path = path
+        self.base_dir = os.path.dirname(os.path.abspath(path))
+        self.templates = templates
+
+    def fail(self, where: str, message: str) -> None:
+        raise exceptions.ConfigurationError(
+            'fencing file %s: %s: %s' % (self.path, where, message))
+
+    def host(self, key: str, entry: Any) -> HostEntry:
+        where = 'host %s' % key
+        if not isinstance(entry, Mapping):
+            self.fail(where, 'expected a device mapping or "levels", got %s'
+                      % type(entry).__name__)
+        if 'levels' in entry:
+            extra = sorted(str(k) for k in entry if k != 'levels')
+            if extra:
+                self.fail(where, '"levels" cannot be combined with device '
+                          'keys (%s); put the device in a level'
+                          % ', '.join(extra))
+            specs = entry['levels']
+            if not isinstance(specs, list) or not specs:
+                self.fail(where, '"levels" must be a non-empty list')
+        else:
+            specs = [entry]
+        levels = []
+        labels: set[str] = set()
+        for index, spec in enumerate(specs, 1):
+            lwhere = '%s level %d' % (where, index)
+            devices = spec if isinstance(spec, list) else [spec]
+            if not devices:
+                self.fail(lwhere, 'a level needs at least one device')
+            levels.append([self.device(key, lwhere, d, labels)
+                           for d in devices])
+        return HostEntry(key=key, levels=levels)
+
+    def device(self, host: str, where: str, spec: Any,
+               labels: set[str]) -> base.FencingDriver:
+        if not isinstance(spec, Mapping):
+            self.fail(where, 'a device must be a mapping with "driver" or '
+                      '"template", got %s' % type(spec).__name__)
+        params: dict[str, Any] = {}
+        template = spec.get('template')
+        if template is not None:
+            if template not in self.templates:
+                self.fail(where, 'template %r is not defined under '
+                          '"devices" (defined: %s)' % (template, ', '.join(
+                              sorted(map(str, self.templates))) or 'none'))
+            params.update(self.templates[template])
+            params.pop('name', None)
+        params.update(spec)
+        driver = params.get('driver')
+        if not driver:
+            self.fail(where, 'missing required key "driver"')
+        label = str(params.get('name') or template or driver)
+        unique, n = label, 1
+        while unique in labels:
+            n += 1
+            unique = '%s-%d' % (label, n)
+        labels.add(unique)
+        where = '%s device %s' % (where, unique)
+        cls = loader.driver_class(NAMESPACE, str(driver),
+                                  'fencing file %s: %s: driver'
+                                  % (self.path, where))
+        self._secret_files(where, cls, params)
+        drv = cls(self.conf, host, params, device=unique)
+        drv.name = str(driver)
+        drv.validate()
+        return drv
+
+    def _secret_files(self, where: str, cls: type,
+                      params: dict[str, Any]) -> None:
+        for key, param in cls.PARAMS.items():
+            fkey = key + '_file'
+            if not param.secret or fkey not in params:
+                continue
+            if params.get(key) not in (None, ''):
+                self.fail(where, 'give either %r or %r, not both'
+                          % (key, fkey))
+            fname = os.path.join(self.base_dir,
+                                 os.path.expanduser(str(params.pop(fkey))))
+            try:
+                with open(fname) as f:
+                    value = f.read()
+            except OSError as exc:
+                self.fail(where, '%s %s: cannot read: %s'
+                          % (fkey, fname, exc.strerror or exc))
+            value = value[:-1] if value.endswith('\n') else value
+            value = value[:-1] if value.endswith('\r') else value
+            if not value:
+                self.fail(where, '%s %s is empty' % (fkey, fname))
+            params[key] = value
+
+
+def load(conf: cfg.ConfigOpts, path: str | None = None, *,
+         strict: bool = True, only: str | None = None) -> FencingFile:
+    """Read, check and build the fencing file.
+
+    :param strict: raise on the first broken host entry (the service
+        fails fast); otherwise collect per-host errors in ``errors`` (for
+        ``instanceha-manage fencing validate``).
+    :param only: build only the entry of this host (short/FQDN aware);
+        the result is empty when it has none.
+    :raises ConfigurationError: for a file that cannot be read or parsed
+        at all, or (strict) for a broken host entry.
+    """
+    path = path or conf.fencing.config_file
+    data = _read_yaml(path)
+    templates = data.get('devices') or {}
+    for name, tmpl in templates.items():
+        if not isinstance(tmpl, Mapping):
+            raise exceptions.ConfigurationError(
+                'fencing file %s: device template %s must be a mapping'
+                % (path, name))
+        if 'template' in tmpl or 'levels' in tmpl:
+            raise exceptions.ConfigurationError(
+                'fencing file %s: device template %s cannot use "template" '
+                'or "levels"' % (path, name))
+    builder = _Builder(conf, path, templates)
+    result = FencingFile(path=path, hosts={}, errors={})
+    hosts = {str(k): v for k, v in (data.get('hosts') or {}).items()}
+    if only is not None:
+        wanted = match_host(only, list(hosts), path)
+        hosts = {wanted: hosts[wanted]} if wanted else {}
+    for key, entry in hosts.items():
+        try:
+            result.hosts[key] = builder.host(key, entry)
+        except exceptions.ConfigurationError as exc:
+            if strict:
+                raise
+            result.errors[key] = str(exc)
+    return result

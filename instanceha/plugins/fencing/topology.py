@@ -1,0 +1,196 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Fencing chains: Pacemaker's fencing topology as the engine's Fencer.
+
+A host has ordered levels; each level is one or more devices that must
+all succeed (both outlets of a dual-fed server's PDUs). Levels are tried
+in order until one proves the host off. Every device attempt is bounded
+by the device's timeout and retried on failures that may be transient;
+the whole chain is bounded by ``[fencing] chain_timeout``. Unfencing
+powers the host on through the level that fenced it (or, after a restart
+of the service that forgot it, through the levels in order).
+
+A host without an entry is never fenced: ``configured()`` is False and
+``fence()`` raises, so the engine never evacuates it (R9).
+"""
+
+import logging
+import threading
+import time
+
+from oslo_config import cfg
+
+from instanceha.engine import ports
+from instanceha import exceptions
+from instanceha.plugins.fencing import base
+from instanceha.plugins.fencing import config
+
+LOG = logging.getLogger(__name__)
+
+
+class ChainError(exceptions.FencingError):
+    """No level of a host's chain succeeded; ``failures`` says why."""
+
+    def __init__(self, message: str, failures: list[str]):
+        super().__init__(message)
+        self.failures = failures
+
+
+class Topology(ports.Fencer):
+    """Fences hosts through the levels of the fencing file."""
+
+    def __init__(self, conf: cfg.ConfigOpts, fencing: config.FencingFile):
+        self.conf = conf
+        self.file = fencing
+        self._fenced_by: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._host_locks: dict[str, threading.Lock] = {}
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> 'Topology':
+        """Load and validate every entry of ``[fencing] config_file``.
+
+        :raises ConfigurationError: naming the file, host and key of the
+            first bad entry, so the service fails fast.
+        """
+        return cls(conf, config.load(conf, strict=True))
+
+    # -- look-up ------------------------------------------------------------
+
+    def _entry(self, host: str) -> config.HostEntry | None:
+        key = self.file.find(host)
+        return self.file.hosts.get(key) if key else None
+
+    def configured(self, host: str) -> bool:
+        try:
+            return self._entry(host) is not None
+        except exceptions.ConfigurationError as exc:
+            LOG.error('%s', exc)
+            return False
+
+    def levels(self, host: str) -> list[list[base.FencingDriver]]:
+        """The host's levels; raises FencingError if it has none."""
+        try:
+            entry = self._entry(host)
+        except exceptions.ConfigurationError as exc:
+            raise exceptions.FencingError(str(exc)) from None
+        if entry is None:
+            raise exceptions.FencingError(
+                'host %s has no entry in the fencing file %s: it cannot be '
+                'fenced and is never evacuated' % (host, self.file.path))
+        return entry.levels
+
+    def _host_lock(self, host: str) -> threading.Lock:
+        with self._lock:
+            return self._host_locks.setdefault(host, threading.Lock())
+
+    # -- the chain ----------------------------------------------------------
+
+    def _attempt(self, drv: base.FencingDriver, action: str,
+                 deadline: float) -> None:
+        """One device, with its retries, within the chain's deadline."""
+        retries = drv.params.get('retries')
+        if retries is None:
+            retries = self.conf.fencing.device_retries
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise base.DeviceTimeoutError(
+                    drv, 'chain timeout ([fencing] chain_timeout = %ds) '
+                    'reached before power %s' % (
+                        self.conf.fencing.chain_timeout, action))
+            try:
+                if action == 'off':
+                    drv.power_off(timeout=min(drv.timeout, left))
+                else:
+                    drv.power_on(timeout=min(drv.timeout, left))
+                return
+            except base.DeviceError as exc:
+                if not exc.retryable or attempt >= retries:
+                    raise
+                attempt += 1
+                LOG.warning('%s; retrying (%d of %d)', exc, attempt,
+                            retries)
+                time.sleep(min(self.conf.fencing.poll_interval,
+                               max(0.0, deadline - time.monotonic())))
+            except exceptions.FencingError:
+                raise
+            except Exception as exc:
+                # A driver bug must not look like success, nor crash the
+                # worker without naming the device.
+                LOG.exception('host %s device %s: unexpected error',
+                              drv.host, drv.device)
+                raise base.DeviceError(drv, 'unexpected %s: %s' % (
+                    type(exc).__name__, exc)) from None
+
+    def _run_level(self, host: str, index: int,
+                   devices: list[base.FencingDriver], action: str,
+                   deadline: float) -> ports.FenceResult:
+        for drv in devices:
+            self._attempt(drv, action, deadline)
+        return ports.FenceResult(host=host, level=index, devices=tuple(
+            d.device for d in devices))
+
+    def _walk(self, host: str, action: str,
+              order: list[int]) -> ports.FenceResult:
+        levels = self.levels(host)
+        deadline = time.monotonic() + self.conf.fencing.chain_timeout
+        failures: list[str] = []
+        for index in order:
+            devices = levels[index - 1]
+            names = ', '.join(d.device for d in devices)
+            try:
+                result = self._run_level(host, index, devices, action,
+                                         deadline)
+            except exceptions.FencingError as exc:
+                failures.append('level %d (%s): %s' % (index, names, exc))
+                LOG.warning('host %s: fencing level %d (%s) failed to power '
+                            '%s: %s', host, index, names, action, exc)
+                continue
+            LOG.info('host %s powered %s by fencing level %d (%s)', host,
+                     action, index, names)
+            return result
+        raise ChainError('host %s: no fencing level powered it %s (%d '
+                         'tried): %s' % (host, action, len(failures),
+                                         ' | '.join(failures)), failures)
+
+    def fence(self, host: str) -> ports.FenceResult:
+        with self._host_lock(host):
+            levels = self.levels(host)
+            result = self._walk(host, 'off', list(range(1, len(levels) + 1)))
+            with self._lock:
+                self._fenced_by[host] = result.level
+            return result
+
+    def unfence(self, host: str) -> ports.FenceResult:
+        with self._host_lock(host):
+            levels = self.levels(host)
+            order = list(range(1, len(levels) + 1))
+            with self._lock:
+                fenced_by = self._fenced_by.get(host)
+            if fenced_by is not None and fenced_by <= len(levels):
+                order = [fenced_by]
+            else:
+                LOG.info('host %s: the level that fenced it is not known '
+                         '(service restarted?); powering on through the '
+                         'levels in order', host)
+            result = self._walk(host, 'on', order)
+            with self._lock:
+                self._fenced_by.pop(host, None)
+            return result
+
+    def fenced_by(self, host: str) -> int | None:
+        """The level that last fenced ``host`` (None if not known)."""
+        with self._lock:
+            return self._fenced_by.get(host)
