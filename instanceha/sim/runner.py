@@ -1,0 +1,477 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Run the real engine against a scenario, in simulated time.
+
+Each copy of the service is the production engine with the production
+drivers (detectors, filters, gates, fencing topology, reservation and
+evacuation strategies) loaded from the scenario's configuration file;
+only the ports are simulated: cloud, clock, executor, coordinator, event
+sink, kdump watch. Time jumps from one thing that happens to the next
+(a timeline command, a world event, a job finishing, a poll), so an hour
+of outage runs in milliseconds and every run is identical.
+"""
+
+from collections.abc import Callable
+import contextlib
+import dataclasses
+import importlib
+import os
+import time as _time
+
+from oslo_config import cfg
+
+from instanceha import conf as ha_conf
+from instanceha.engine import ports
+from instanceha import exceptions
+from instanceha.plugins import loader
+from instanceha.sim import clock as sim_clock
+from instanceha.sim import coordinator as sim_coord
+from instanceha.sim import events as sim_events
+from instanceha.sim import executor as sim_executor
+from instanceha.sim import scenario as sim_scenario
+from instanceha.sim import world as sim_world
+
+#: Modules that read ``time.monotonic``/``time.sleep`` directly; while a
+#: simulation runs they see simulated time instead (see simulated_time).
+TIME_MODULES = (
+    'instanceha.plugins.fencing.base',
+    'instanceha.plugins.fencing.topology',
+)
+
+
+class _SimTime:
+    """Stands in for the ``time`` module: monotonic and sleep simulated."""
+
+    def __init__(self, clock: sim_clock.SimClock):
+        self._clock = clock
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def time(self) -> float:
+        return self._clock.now().timestamp()
+
+    def __getattr__(self, name):
+        return getattr(_time, name)
+
+
+@contextlib.contextmanager
+def simulated_time(clock: sim_clock.SimClock, modules=TIME_MODULES):
+    """Give modules that use the ``time`` module directly simulated time.
+
+    The fencing drivers' base class and the fencing topology poll and
+    sleep with ``time``; with simulated time a 60 s BMC timeout takes no
+    wall time and shows as 60 s in the log.
+    """
+    saved = []
+    for name in modules:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(mod, 'time', None) is _time:
+            saved.append(mod)
+            mod.time = _SimTime(clock)
+    try:
+        yield
+    finally:
+        for mod in saved:
+            mod.time = _time
+
+
+def engine_class() -> type:
+    """The production engine class (wherever the engine package keeps it)."""
+    errors = []
+    for name in ('instanceha.engine.recovery', 'instanceha.engine.engine'):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as exc:
+            errors.append('%s: %s' % (name, exc))
+            continue
+        if hasattr(mod, 'Engine'):
+            return mod.Engine
+    raise exceptions.InstanceHAError(
+        'the engine is not available: %s' % '; '.join(errors))
+
+
+def make_fencer(conf: cfg.ConfigOpts) -> ports.Fencer:
+    from instanceha.plugins.fencing import topology
+    return topology.Topology.from_conf(conf)
+
+
+class GateSpy:
+    """Wraps a gate to learn which hosts it blocked this cycle.
+
+    The invariant "no action while a gate blocks" is checked against
+    what the gates actually said, not against what the engine logged.
+    """
+
+    def __init__(self, gate, blocked: set):
+        self._gate = gate
+        self._blocked = blocked
+
+    def check(self, ctx, *args, **kwargs):
+        verdict = self._gate.check(ctx, *args, **kwargs)
+        candidates = getattr(ctx, 'candidates', None) or frozenset()
+        if verdict.block_all:
+            self._blocked.update(candidates)
+        self._blocked.update(h for h in verdict.blocked_hosts
+                             if not candidates or h in candidates)
+        return verdict
+
+    def __getattr__(self, name):
+        return getattr(self._gate, name)
+
+
+@dataclasses.dataclass
+class Copy:
+    """One copy of the service."""
+
+    name: str
+    executor: sim_executor.SimExecutor
+    engine: object = None
+    conf: cfg.ConfigOpts | None = None
+    next_tick: float = 0.0
+    interval: float = 45.0
+    blocked: set = dataclasses.field(default_factory=set)
+
+    @property
+    def running(self) -> bool:
+        return self.engine is not None
+
+
+class Simulation:
+    """One run of one scenario."""
+
+    def __init__(self, sc: sim_scenario.Scenario,
+                 engine_factory: Callable | None = None,
+                 fencer_factory: Callable | None = None):
+        self.scenario = sc
+        self.clock = sim_clock.SimClock()
+        self.log = sim_events.EventLog(self.clock)
+        self.world = sim_scenario.build_world(sc, self.clock, self.log)
+        self.cloud = sim_world.SimCloud(self.world)
+        self.kdump = sim_world.SimKdumpWatch(self.world)
+        settings = sc.settings
+        self.end = float(settings.get('end', 900))
+        self.election = sim_coord.Election(
+            self.clock, float(settings.get('lease', 15)))
+        self.overrides: list[tuple[str | None, str, str]] = []
+        self._engine_factory = engine_factory
+        self._fencer_factory = fencer_factory or make_fencer
+        names = settings.get('copies') or ['ha']
+        self.copies = {n: Copy(n, self._executor(n)) for n in names}
+        self.autostart = settings.get('start', list(names))
+        self.multi = len(names) > 1
+        self.world.is_leader = lambda actor: (
+            self.election.leader() == actor)
+        self._leader: str | None = None
+        #: Wall and CPU seconds per tick, Nova calls per tick (benchmarks).
+        self.tick_stats: list[tuple[float, float, int]] = []
+        self.readonly: set[str] = set()
+
+    # --- copies of the service -----------------------------------------
+
+    def _executor(self, name: str) -> sim_executor.SimExecutor:
+        def on_start():
+            self.world.actor = name
+        return sim_executor.SimExecutor(self.clock, on_start=on_start)
+
+    def make_conf(self) -> cfg.ConfigOpts:
+        sc = self.scenario
+        conf = cfg.ConfigOpts()
+        ha_conf.register_opts(conf)
+        try:
+            conf(['--config-file', sc.config_file], project='instanceha',
+                 default_config_files=[])
+        except (cfg.Error, ValueError) as exc:
+            raise exceptions.ConfigurationError(
+                '%s: %s' % (sc.config_file, exc)) from None
+        fencing_file = conf.fencing.config_file
+        if not os.path.isabs(fencing_file):
+            conf.set_override('config_file',
+                              os.path.join(sc.path, fencing_file), 'fencing')
+        for group, name, value in self.overrides:
+            conf.set_override(name, value, group)
+        ha_conf.validate(conf)
+        return conf
+
+    def start(self, name: str) -> None:
+        copy = self.copies[name]
+        if copy.running:
+            return
+        conf = self.make_conf()
+        drivers = loader.load_configured(conf)
+        copy.blocked = self.world.blocked.setdefault(name, set())
+        drivers.gates = [GateSpy(g, copy.blocked) for g in drivers.gates]
+        copy.executor = self._executor(name)
+        copy.executor.workers = conf.workers
+        env = ports.Environment(
+            cloud=self.cloud, clock=self.clock,
+            fencer=self._fencer_factory(conf),
+            coordinator=sim_coord.SimCoordinator(self.election, name),
+            events=sim_events.RecordingSink(self.log, name),
+            executor=copy.executor, kdump=self.kdump)
+        self.world.actor = name
+        factory = self._engine_factory or engine_class()
+        copy.engine = factory(conf, drivers, env)
+        copy.conf = conf
+        copy.interval = float(self.scenario.settings.get(
+            'tick', conf.tick_interval))
+        copy.next_tick = self.clock.world_t
+        if conf.disabled:
+            self.readonly.add(name)
+        else:
+            self.readonly.discard(name)
+        self.election.join(name)
+
+    def stop(self, name: str, crashed: bool = False) -> None:
+        copy = self.copies[name]
+        if not copy.running:
+            return
+        if crashed:
+            copy.executor.abandon()
+        else:
+            self.world.actor = name
+            copy.engine.shutdown(copy.conf.shutdown_timeout)
+        copy.engine = None
+        self.election.leave(name, crashed=crashed)
+
+    def _tick(self, copy: Copy) -> None:
+        self.world.actor = copy.name
+        copy.blocked.clear()
+        calls = self.cloud.api_calls
+        wall, cpu = _time.perf_counter(), _time.process_time()
+        copy.engine.tick()
+        self.tick_stats.append((_time.perf_counter() - wall,
+                                _time.process_time() - cpu,
+                                self.cloud.api_calls - calls))
+
+    # --- timeline ----------------------------------------------------------
+
+    def apply(self, cmd: sim_scenario.Command) -> None:
+        w, a = self.world, cmd.args
+        where = 'timeline line %d (%s)' % (cmd.line, cmd.name)
+
+        def need(n: int) -> None:
+            if len(a) < n:
+                raise sim_world.ScenarioError(
+                    '%s: needs %s' % (where, sim_scenario.COMMANDS[
+                        cmd.name][0]))
+        host = a[0] if a else None
+        details: dict = {}
+        name = cmd.name
+        if name in ('power-off', 'power-on'):
+            need(1)
+            w.set_power(host, name == 'power-on')
+        elif name == 'crash':
+            need(1)
+            w.crash(host)
+        elif name == 'kdump':
+            need(1)
+            details['seconds'] = float(a[1]) if len(a) > 1 else 120.0
+            w.start_kdump(host, details['seconds'])
+        elif name in ('cut-network', 'restore-network'):
+            need(1)
+            w.set_network(host, name == 'restore-network')
+        elif name in ('stop-compute', 'start-compute'):
+            need(1)
+            w.set_compute(host, name == 'start-compute')
+        elif name == 'bmc':
+            need(2)
+            if a[1] not in sim_world.BEHAVIOURS:
+                raise sim_world.ScenarioError(
+                    '%s: unknown behaviour %r; one of %s' % (
+                        where, a[1], ', '.join(sim_world.BEHAVIOURS)))
+            w.device(host).behaviour = a[1]
+            host = w.devices[host].host
+            details['device'], details['behaviour'] = a[0], a[1]
+        elif name == 'rebuild-fail':
+            need(1)
+            opts = dict(zip(a[1::2], a[2::2]))
+            srv = w.server(a[0])
+            target = opts.get('on')
+            times = int(opts['times']) if 'times' in opts else None
+            w.rebuild_failures.append(sim_world.RebuildFailure(
+                srv.id, target, times))
+            host = srv.host
+            details = {'server': srv.name, 'on': target or 'any',
+                       'times': times or 'always'}
+        elif name in ('disable', 'enable'):
+            need(1)
+            h = w.host(host)
+            h.status = 'disabled' if name == 'disable' else 'enabled'
+            h.disabled_reason = ' '.join(a[1:]) or None if (
+                name == 'disable') else None
+            if h.disabled_reason:
+                details['reason'] = h.disabled_reason
+        elif name == 'capacity':
+            need(2)
+            w.host(host).vcpus = int(a[1])
+            details['vcpus'] = int(a[1])
+        elif name == 'service':
+            need(1)
+            host = None
+            targets = a[1:] or [next(iter(self.copies))]
+            for copy_name in targets:
+                if copy_name not in self.copies:
+                    raise sim_world.ScenarioError(
+                        '%s: no copy %r; copies: %s' % (
+                            where, copy_name, ', '.join(self.copies)))
+            details['copy'] = ','.join(targets)
+            self.log.record('timeline', 'service-' + a[0], None, **details)
+            for copy_name in targets:
+                if a[0] in ('crash', 'stop', 'restart'):
+                    self.stop(copy_name, crashed=a[0] == 'crash')
+                if a[0] in ('start', 'restart'):
+                    self.start(copy_name)
+                elif a[0] not in ('crash', 'stop'):
+                    raise sim_world.ScenarioError(
+                        '%s: expected crash, restart, stop or start'
+                        % where)
+            return
+        elif name == 'coordination':
+            need(1)
+            self.election.backend_up = a[0] == 'up'
+            host = None
+            details['state'] = a[0]
+        elif name == 'set':
+            need(2)
+            group, _, opt = a[0].rpartition('.')
+            self.overrides.append((group or None, opt, a[1]))
+            self.log.record('timeline', 'set', None, option=a[0],
+                            value=a[1])
+            for copy_name, copy in self.copies.items():
+                if copy.running:
+                    self.stop(copy_name)
+                    self.start(copy_name)
+            return
+        elif name == 'end':
+            self.end = cmd.t
+            return
+        self.log.record('timeline', name, host, **details)
+
+    # --- the loop ----------------------------------------------------------
+
+    def _next_time(self, cmds: list) -> float | None:
+        times = [self.world.next_event(), self.election.next_change()]
+        if cmds:
+            times.append(cmds[0].t)
+        for copy in self.copies.values():
+            times.append(copy.executor.next_due())
+            if copy.running:
+                times.append(copy.next_tick)
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def _note_leader(self) -> None:
+        leader = self.election.leader()
+        if self.multi and leader != self._leader:
+            self.log.record('coord', 'leader', None, copy=leader or 'none')
+        self._leader = leader
+
+    def _check_readonly(self, fn):
+        def check(actor):
+            if actor in self.readonly:
+                self.world.violate('action by %s while [DEFAULT] disabled '
+                                   '= true' % actor)
+            return fn(actor)
+        return check
+
+    def _sleep(self, seconds: float) -> None:
+        """Let the world move while someone sleeps outside a job.
+
+        A stopping engine waits for its running jobs that way; they can
+        only finish if simulated time moves on.
+        """
+        self.clock.advance_to(self.clock.world_t + seconds)
+        self.world.run_due()
+        for copy in self.copies.values():
+            copy.executor.complete_due()
+
+    def run(self) -> 'Result':
+        self.clock.on_sleep = self._sleep
+        self.world.is_leader = self._check_readonly(self.world.is_leader)
+        with sim_world.active(self.world), simulated_time(self.clock):
+            self.log.record('sim', 'start', None,
+                            hosts=len(self.world.hosts),
+                            instances=len(self.world.servers))
+            for name in self.autostart:
+                self.start(name)
+            cmds = list(self.scenario.timeline)
+            while True:
+                t = self._next_time(cmds)
+                if t is None or t > self.end:
+                    break
+                self.clock.advance_to(t)
+                self.world.run_due()
+                while cmds and cmds[0].t <= t:
+                    self.apply(cmds.pop(0))
+                    if self.end < t:
+                        break
+                self._note_leader()
+                for copy in self.copies.values():
+                    self.world.actor = copy.name
+                    copy.executor.complete_due()
+                for copy in self.copies.values():
+                    if copy.running and copy.next_tick <= t:
+                        copy.next_tick = t + copy.interval
+                        self._tick(copy)
+            self.clock.advance_to(max(self.end, self.clock.world_t))
+            self._final()
+        return Result(self)
+
+    def _final(self) -> None:
+        w = self.world
+        states = {}
+        for copy in self.copies.values():
+            if copy.running and hasattr(copy.engine, 'host_states'):
+                states.update({h: getattr(s, 'value', s) for h, s in
+                               copy.engine.host_states().items()})
+        for h in sorted(w.hosts.values(), key=lambda h: h.name):
+            svc = w.service_model(h)
+            details = dict(status=svc.status, state=svc.state,
+                           forced_down=svc.forced_down,
+                           power='on' if h.powered else 'off')
+            if svc.disabled_reason:
+                details['reason'] = svc.disabled_reason
+            if h.name in states:
+                details['engine'] = states[h.name]
+            self.log.record('final', 'host', h.name, **details)
+        for srv in sorted(w.servers.values(), key=lambda s: s.name):
+            self.log.record('final', 'instance', srv.host, server=srv.name,
+                            status=srv.status,
+                            task_state=srv.task_state or '-',
+                            locked=srv.locked)
+        self.log.record('final', 'invariants', None,
+                        violations=len(w.violations))
+
+
+@dataclasses.dataclass
+class Result:
+    sim: Simulation
+
+    @property
+    def lines(self) -> list[str]:
+        return self.sim.log.lines()
+
+    @property
+    def violations(self) -> list[str]:
+        return self.sim.world.violations
+
+
+def run_scenario(path: str, **kwargs) -> Result:
+    return Simulation(sim_scenario.load(path), **kwargs).run()

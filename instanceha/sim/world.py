@@ -1,0 +1,814 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The simulated world: hosts, their BMCs, and Nova's view of them.
+
+The world keeps the *physical* truth (is a host powered, is its kernel
+running, is its network cut, where does each guest really run) apart from
+*Nova's* view (service state from heartbeats, server records, migration
+records), exactly the gap instanceha exists to bridge. That is what lets
+the invariants be checked against the truth rather than against what the
+engine believes:
+
+- no instance running on two hosts,
+- no evacuation from a host whose fencing was not confirmed,
+- no instance evacuated twice for one failure,
+- no fencing or evacuation of a host a gate blocked,
+- no destructive action from a copy of the service that is not leader.
+
+Nova's behaviour follows the real API closely where the engine depends on
+it: heartbeats every ``report_interval`` seconds, ``down`` after
+``service_down_time`` or when forced down, evacuate refused (409) while
+the source service is up or the server is busy, migration records going
+accepted -> pre-migrating -> done (or error when nothing can take the
+server, failed when the rebuild fails), evacuated ACTIVE and ERROR
+servers ending ACTIVE and SHUTOFF ones SHUTOFF (compute microversion
+2.94), and a compute that comes back cleaning up its evacuated guests
+(migrations done -> completed).
+"""
+
+from collections.abc import Callable
+import contextlib
+import dataclasses
+import datetime
+import heapq
+import itertools
+import math
+
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha import exceptions
+from instanceha.sim import clock as sim_clock
+from instanceha.sim import events as sim_events
+
+#: BMC behaviours a scenario can switch on.
+BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
+              'slow', 'unreachable')
+
+#: Nova servers list page size (``[api] max_limit``).
+PAGE = 1000
+
+
+class DeviceFault(Exception):
+    """A simulated device failed; ``kind`` says how."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+
+
+class ScenarioError(exceptions.ConfigurationError):
+    """A scenario names something that does not exist or makes no sense."""
+
+
+@dataclasses.dataclass
+class Timing:
+    """How long things take in the simulated world (seconds)."""
+
+    report_interval: float = 10.0
+    service_down_time: float = 60.0
+    boot_time: float = 90.0
+    schedule_time: float = 2.0
+    rebuild_time: float = 20.0
+    bmc_off_delay: float = 4.0
+    bmc_on_delay: float = 4.0
+    bmc_slow_delay: float = 90.0
+    kdump_interval: float = 10.0
+
+
+@dataclasses.dataclass
+class Host:
+    name: str
+    id: str
+    zone: str | None = None
+    vcpus: int = 64
+    status: str = model.ENABLED
+    disabled_reason: str | None = None
+    forced_down: bool = False
+    # --- physical truth ---
+    chassis_on: bool = True
+    #: Devices feeding power (outlets): name -> on. Empty: BMC only.
+    outlets: dict[str, bool] = dataclasses.field(default_factory=dict)
+    #: The kernel runs (False after a crash or while booting).
+    os_running: bool = True
+    compute_running: bool = True
+    network_ok: bool = True
+    #: Heartbeating since (None: not heartbeating).
+    hb_since: float | None = 0.0
+    #: Last heartbeat Nova received (when not heartbeating).
+    last_hb: float | None = None
+    kdump_start: float | None = None
+    kdump_end: float | None = None
+    #: A fencing device confirmed this host off since it last booted.
+    fence_proof: bool = False
+    #: When the current failure episode began (for "evacuated twice").
+    episode: int = 0
+    boot_token: int = 0
+
+    @property
+    def powered(self) -> bool:
+        return self.chassis_on and (not self.outlets
+                                    or any(self.outlets.values()))
+
+    @property
+    def beating(self) -> bool:
+        return (self.powered and self.os_running and self.compute_running
+                and self.network_ok)
+
+
+@dataclasses.dataclass
+class Server:
+    id: str
+    name: str
+    host: str | None
+    status: str
+    flavor: str
+    image_id: str | None = None
+    task_state: str | None = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+    locked: bool = False
+    project_id: str | None = 'demo'
+    #: Hosts where the guest really runs (the truth, not Nova's view).
+    running_on: set = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class Flavor:
+    name: str
+    vcpus: int = 1
+    extra_specs: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Migration:
+    id: str
+    server_id: str
+    source_host: str
+    dest_host: str | None
+    status: str
+    created_at: float
+    updated_at: float
+    #: The source host's failure episode the evacuation belongs to.
+    episode: int = 0
+    requested_dest: str | None = None
+
+
+@dataclasses.dataclass
+class Device:
+    """A fencing device: a host's BMC, or a PDU outlet feeding it."""
+
+    name: str
+    host: str
+    kind: str = 'bmc'
+    behaviour: str = 'ok'
+    #: A requested power state and when the device reaches it.
+    pending: tuple[str, float] | None = None
+
+
+@dataclasses.dataclass
+class RebuildFailure:
+    server: str
+    target: str | None
+    times: int | None
+
+
+class World:
+    """Hosts, devices and Nova, on one simulated clock."""
+
+    def __init__(self, clock: sim_clock.SimClock, log: sim_events.EventLog,
+                 timing: Timing | None = None):
+        self.clock = clock
+        self.log = log
+        self.timing = timing or Timing()
+        self.hosts: dict[str, Host] = {}
+        self.devices: dict[str, Device] = {}
+        self.servers: dict[str, Server] = {}
+        self.flavors: dict[str, Flavor] = {}
+        self.images: dict[str, model.Image] = {}
+        self.aggregates: dict[str, model.Aggregate] = {}
+        self.migrations: list[Migration] = []
+        self.rebuild_failures: list[RebuildFailure] = []
+        self.violations: list[str] = []
+        #: The copy of the service acting now (set by the simulation).
+        self.actor: str | None = None
+        #: actor -> is it leader now? (set by the simulation)
+        self.is_leader: Callable[[str], bool] = lambda actor: True
+        #: actor -> hosts its gates blocked in its latest cycle.
+        self.blocked: dict[str, set[str]] = {}
+        self._queue: list = []
+        self._seq = itertools.count()
+        self._mig_ids = itertools.count(1)
+        self._usage: dict[str, int] = {}
+        self._server_cache: dict[str, model.Server] = {}
+        self.verbose_nova = True
+
+    # --- scheduling world events -------------------------------------
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._queue, (t, next(self._seq), fn))
+
+    def next_event(self) -> float | None:
+        return self._queue[0][0] if self._queue else None
+
+    def run_due(self) -> None:
+        while self._queue and self._queue[0][0] <= self.clock.world_t:
+            _, _, fn = heapq.heappop(self._queue)
+            fn()
+
+    def say(self, source: str, event: str, host: str | None = None,
+            **details) -> None:
+        self.log.record(source, event, host, **details)
+
+    def violate(self, what: str) -> None:
+        self.violations.append('t=%g %s' % (self.clock.t, what))
+        self.say('CHECK', 'invariant_violated', None, what=what)
+
+    # --- lookups -------------------------------------------------------
+
+    def host(self, name: str) -> Host:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise ScenarioError('unknown host %r; hosts: %s'
+                                % (name, ', '.join(sorted(self.hosts))))
+
+    def server(self, name_or_id: str) -> Server:
+        srv = self.servers.get(name_or_id)
+        if srv is None:
+            for s in self.servers.values():
+                if s.name == name_or_id:
+                    return s
+            raise ScenarioError('unknown instance %r' % name_or_id)
+        return srv
+
+    def device(self, name: str) -> Device:
+        try:
+            return self.devices[name]
+        except KeyError:
+            raise ScenarioError('unknown fencing device %r; devices: %s'
+                                % (name, ', '.join(sorted(self.devices))))
+
+    def add_server(self, srv: Server) -> None:
+        self.servers[srv.id] = srv
+        if srv.host:
+            self._usage[srv.host] = (self._usage.get(srv.host, 0)
+                                     + self.flavors[srv.flavor].vcpus)
+            if srv.status == 'ACTIVE' and self.hosts[srv.host].powered:
+                srv.running_on.add(srv.host)
+
+    def _changed(self, srv: Server) -> None:
+        self._server_cache.pop(srv.id, None)
+
+    # --- physical events ------------------------------------------------
+
+    def _stop_heartbeat(self, h: Host) -> None:
+        if h.hb_since is not None:
+            h.last_hb = self._updated_at(h)
+            h.hb_since = None
+
+    def _refresh(self, h: Host) -> None:
+        """Start or stop heartbeats after a change of the truth."""
+        if not h.beating:
+            self._stop_heartbeat(h)
+        elif h.hb_since is None:
+            h.hb_since = self.clock.t
+
+    def _guests_stop(self, h: Host) -> None:
+        for srv in self.servers.values():
+            if h.name in srv.running_on:
+                srv.running_on.discard(h.name)
+
+    def _power_changed(self, h: Host, was_powered: bool) -> None:
+        if was_powered and not h.powered:
+            h.os_running = False
+            if h.kdump_start is not None:
+                h.kdump_end = min(h.kdump_end or self.clock.t, self.clock.t)
+            self._guests_stop(h)
+            h.boot_token += 1
+        elif h.powered and not was_powered:
+            h.fence_proof = False
+            token = h.boot_token = h.boot_token + 1
+            self.at(self.clock.t + self.timing.boot_time,
+                    lambda: self._booted(h, token))
+        self._refresh(h)
+
+    def _booted(self, h: Host, token: int) -> None:
+        if token != h.boot_token or not h.powered:
+            return
+        h.os_running = True
+        h.compute_running = True
+        h.kdump_start = h.kdump_end = None
+        h.episode += 1
+        # nova-compute's init_host: evacuated guests are destroyed, and
+        # the power-state sync stops the ones whose guest did not survive.
+        for mig in self.migrations:
+            if mig.source_host == h.name and mig.status == 'done':
+                mig.status = 'completed'
+                mig.updated_at = self.clock.t
+        for srv in self.servers.values():
+            if srv.host == h.name and srv.status == 'ACTIVE':
+                srv.status = 'SHUTOFF'
+                self._changed(srv)
+                self.say('nova', 'power_synced', h.name, server=srv.name,
+                         status='SHUTOFF')
+        self._refresh(h)
+        self.say('host', 'booted', h.name)
+
+    def set_power(self, host: str, on: bool) -> None:
+        h = self.host(host)
+        was = h.powered
+        h.chassis_on = on
+        if on:
+            for name in h.outlets:
+                h.outlets[name] = True
+        self._power_changed(h, was)
+
+    def crash(self, host: str) -> None:
+        """A kernel panic: powered, but nothing runs."""
+        h = self.host(host)
+        h.os_running = False
+        h.boot_token += 1
+        self._guests_stop(h)
+        self._refresh(h)
+
+    def start_kdump(self, host: str, duration: float) -> None:
+        h = self.host(host)
+        self.crash(host)
+        h.kdump_start = self.clock.t + 2
+        h.kdump_end = self.clock.t + duration
+        token = h.boot_token
+
+        def reboot():
+            # kdump's default action once the dump is written: reboot.
+            if h.boot_token == token and h.powered:
+                h.kdump_end = None
+                self.say('host', 'kdump_finished_rebooting', host)
+                h.boot_token += 1
+                new = h.boot_token
+                self.at(self.clock.t + self.timing.boot_time,
+                        lambda: self._booted(h, new))
+        self.at(h.kdump_end, reboot)
+
+    def kdump_last_message(self, host: str) -> datetime.datetime | None:
+        h = self.hosts.get(host)
+        if not h or h.kdump_start is None or not h.network_ok:
+            return None
+        now = self.clock.t
+        end = now if h.kdump_end is None else min(now, h.kdump_end)
+        if end < h.kdump_start:
+            return None
+        n = math.floor((end - h.kdump_start) / self.timing.kdump_interval)
+        return self.clock.at(h.kdump_start + n * self.timing.kdump_interval)
+
+    def in_kdump(self, h: Host) -> bool:
+        return (h.kdump_start is not None and h.powered
+                and self.clock.t >= h.kdump_start
+                and (h.kdump_end is None or self.clock.t < h.kdump_end))
+
+    def set_network(self, host: str, ok: bool) -> None:
+        h = self.host(host)
+        h.network_ok = ok
+        self._refresh(h)
+
+    def set_compute(self, host: str, running: bool) -> None:
+        h = self.host(host)
+        h.compute_running = running
+        self._refresh(h)
+
+    # --- Nova's view ----------------------------------------------------
+
+    def _updated_at(self, h: Host) -> float | None:
+        if h.hb_since is None:
+            return h.last_hb
+        ri = self.timing.report_interval
+        return h.hb_since + math.floor((self.clock.t - h.hb_since) / ri) * ri
+
+    def service_state(self, h: Host) -> str:
+        ts = self._updated_at(h)
+        if (h.forced_down or ts is None
+                or self.clock.t - ts > self.timing.service_down_time):
+            return model.DOWN
+        return model.UP
+
+    def service_model(self, h: Host) -> model.Service:
+        ts = self._updated_at(h)
+        return model.Service(
+            id=h.id, host=h.name, state=self.service_state(h),
+            status=h.status, forced_down=h.forced_down,
+            updated_at=None if ts is None else self.clock.at(ts),
+            updated_at_raw=None if ts is None else self.clock.at(
+                ts).strftime('%Y-%m-%dT%H:%M:%S.000000'),
+            disabled_reason=h.disabled_reason, zone=h.zone)
+
+    def server_model(self, srv: Server) -> model.Server:
+        cached = self._server_cache.get(srv.id)
+        if cached is None:
+            fl = self.flavors[srv.flavor]
+            cached = model.Server(
+                id=srv.id, name=srv.name, host=srv.host, status=srv.status,
+                flavor=model.Flavor(fl.name, dict(fl.extra_specs)),
+                image_id=srv.image_id, task_state=srv.task_state,
+                metadata=dict(srv.metadata), locked=srv.locked,
+                project_id=srv.project_id)
+            self._server_cache[srv.id] = cached
+        return cached
+
+    def migration_model(self, mig: Migration) -> model.Migration:
+        return model.Migration(
+            id=mig.id, server_id=mig.server_id, source_host=mig.source_host,
+            dest_host=mig.dest_host, status=mig.status,
+            created_at=self.clock.at(mig.created_at),
+            updated_at=self.clock.at(mig.updated_at))
+
+    def free(self, host: str) -> int:
+        return self.hosts[host].vcpus - self._usage.get(host, 0)
+
+    # --- invariants -----------------------------------------------------
+
+    def check_actor(self, action: str, host: str | None) -> None:
+        actor = self.actor
+        if actor is not None and not self.is_leader(actor):
+            self.violate('%s %s by %s, which is not the leader'
+                         % (action, host or '', actor))
+
+    def check_gate(self, action: str, host: str) -> None:
+        if host in self.blocked.get(self.actor, ()):
+            self.violate('%s %s although a gate blocked it'
+                         % (action, host))
+
+    def confirm_fenced(self, host: str) -> None:
+        h = self.hosts.get(host)
+        if h is not None and not h.powered:
+            h.fence_proof = True
+
+    def check_guests(self, srv: Server) -> None:
+        if len(srv.running_on) > 1:
+            self.violate('instance %s running on %s at once'
+                         % (srv.name, ' and '.join(sorted(srv.running_on))))
+
+    # --- fencing devices (used by the "sim" fencing driver) ------------
+
+    def device_power(self, dev: Device) -> str:
+        h = self.hosts[dev.host]
+        on = h.outlets[dev.name] if dev.kind == 'outlet' else h.chassis_on
+        return 'on' if on else 'off'
+
+    def _device_set(self, dev: Device, on: bool) -> None:
+        h = self.hosts[dev.host]
+        was = h.powered
+        if dev.kind == 'outlet':
+            h.outlets[dev.name] = on
+        else:
+            h.chassis_on = on
+        self._power_changed(h, was)
+
+    def _apply_pending(self, dev: Device) -> None:
+        if dev.pending and self.clock.t >= dev.pending[1]:
+            on = dev.pending[0] == 'on'
+            dev.pending = None
+            self._device_set(dev, on)
+
+    def _fault(self, dev: Device, remaining: float) -> None:
+        """Fail the way a misbehaving device fails, after its delay."""
+        b = dev.behaviour
+        if b == 'timeout':
+            self.clock.sleep(remaining)
+            raise DeviceFault('timeout', 'no answer within %gs' % remaining)
+        if b == 'unreachable':
+            self.clock.sleep(min(remaining, 5.0))
+            raise DeviceFault('unreachable', 'no route to the device')
+        self.clock.sleep(0.5)
+        if b == 'error':
+            raise DeviceFault('error', 'the device answered with an error')
+        if b == 'wrong-password':
+            raise DeviceFault('auth', 'the device refused the credentials')
+
+    def device_read(self, name: str, remaining: float) -> str:
+        """The power state a device reports (time passes in the job)."""
+        dev = self.device(name)
+        self._fault(dev, remaining)
+        self._apply_pending(dev)
+        state = self.device_power(dev)
+        if state == 'off':
+            self.confirm_fenced(dev.host)
+        return state
+
+    def device_request(self, name: str, state: str,
+                       remaining: float) -> None:
+        """Ask a device for ``state``; it gets there after a delay."""
+        dev = self.device(name)
+        self._fault(dev, remaining)
+        host = dev.host
+        self.check_actor('power %s' % state, host)
+        if state == 'off':
+            self.check_gate('fence', host)
+        self.say('bmc', 'power_%s' % state, host, device=name)
+        if dev.behaviour == 'stuck-on' and state == 'off':
+            return
+        t = self.timing
+        delay = (t.bmc_slow_delay if dev.behaviour == 'slow' else
+                 t.bmc_off_delay if state == 'off' else t.bmc_on_delay)
+        due = self.clock.t + delay
+        dev.pending = (state, due)
+        self.at(due, lambda: self._apply_pending(dev))
+
+    # --- Nova API (used through SimCloud) -------------------------------
+
+    def api_evacuate(self, server_id: str, host: str | None) -> None:
+        srv = self.servers.get(server_id)
+        if srv is None:
+            raise exceptions.CloudError(
+                'evacuate %s: instance not found (HTTP 404)' % server_id,
+                status=404)
+        source = self.hosts[srv.host]
+        self.check_actor('evacuate from', source.name)
+        if srv.task_state:
+            raise exceptions.CloudError(
+                "evacuate %s: Cannot 'evacuate' instance while it is in "
+                "task_state %s (HTTP 409)" % (srv.name, srv.task_state),
+                status=409)
+        if srv.status not in model.EVACUABLE_STATUSES:
+            raise exceptions.CloudError(
+                "evacuate %s: Cannot 'evacuate' instance while it is in "
+                "vm_state %s (HTTP 409)" % (srv.name, srv.status.lower()),
+                status=409)
+        if self.service_state(source) == model.UP:
+            raise exceptions.CloudError(
+                'evacuate %s: Compute service of %s is still in use. '
+                '(HTTP 409)' % (srv.name, source.name), status=409)
+        if host is not None:
+            if host not in self.hosts:
+                raise exceptions.CloudError(
+                    'evacuate %s: Compute host %s could not be found. '
+                    '(HTTP 404)' % (srv.name, host), status=404)
+            if host == source.name:
+                raise exceptions.CloudError(
+                    "evacuate %s: The target host can't be the same one. "
+                    "(HTTP 400)" % srv.name, status=400)
+        # The request is valid: now judge the engine for making it.
+        self.check_gate('evacuate from', source.name)
+        if not source.fence_proof and not self.in_kdump(source):
+            self.violate('evacuate %s from %s, which no fencing device '
+                         'confirmed off' % (srv.name, source.name))
+        for mig in self.migrations:
+            if (mig.server_id == srv.id and mig.source_host == source.name
+                    and mig.episode == source.episode
+                    and mig.status not in ('error', 'failed')):
+                self.violate('instance %s evacuated twice from %s in one '
+                             'failure' % (srv.name, source.name))
+                break
+        now = self.clock.t
+        mig = Migration(id=str(next(self._mig_ids)), server_id=srv.id,
+                        source_host=source.name, dest_host=None,
+                        status='accepted', created_at=now, updated_at=now,
+                        episode=source.episode, requested_dest=host)
+        self.migrations.append(mig)
+        srv.task_state = 'rebuilding'
+        self._changed(srv)
+        self.at(now + self.timing.schedule_time,
+                lambda: self._schedule(mig))
+
+    def _pick(self, srv: Server, mig: Migration) -> str | None:
+        need = self.flavors[srv.flavor].vcpus
+
+        def ok(h: Host) -> bool:
+            return (h.name != mig.source_host and h.status == model.ENABLED
+                    and self.service_state(h) == model.UP
+                    and self.free(h.name) >= need)
+        if mig.requested_dest:
+            h = self.hosts[mig.requested_dest]
+            return h.name if ok(h) else None
+        best = None
+        for h in sorted(self.hosts.values(), key=lambda h: h.name):
+            if ok(h) and (best is None or self.free(h.name)
+                          > self.free(best)):
+                best = h.name
+        return best
+
+    def _schedule(self, mig: Migration) -> None:
+        srv = self.servers[mig.server_id]
+        dest = self._pick(srv, mig)
+        mig.updated_at = self.clock.t
+        if dest is None:
+            mig.status = 'error'
+            srv.task_state = None
+            srv.status = 'ERROR'
+            self._changed(srv)
+            self.say('nova', 'evacuation_error', mig.source_host,
+                     server=srv.name, reason='No valid host was found')
+            return
+        mig.dest_host = dest
+        mig.status = 'pre-migrating'
+        need = self.flavors[srv.flavor].vcpus
+        self._usage[dest] = self._usage.get(dest, 0) + need
+        self.at(self.clock.t + self.timing.rebuild_time,
+                lambda: self._rebuilt(mig))
+
+    def _take_failure(self, srv: Server, dest: str) -> bool:
+        for f in self.rebuild_failures:
+            if f.server in (srv.id, srv.name) and f.target in (None, dest):
+                if f.times is not None:
+                    f.times -= 1
+                    if f.times <= 0:
+                        self.rebuild_failures.remove(f)
+                return True
+        return False
+
+    def _rebuilt(self, mig: Migration) -> None:
+        srv = self.servers[mig.server_id]
+        dest = self.hosts[mig.dest_host]
+        need = self.flavors[srv.flavor].vcpus
+        mig.updated_at = self.clock.t
+        srv.task_state = None
+        self._changed(srv)
+        if self._take_failure(srv, dest.name) or not dest.beating:
+            self._usage[dest.name] -= need
+            mig.status = 'failed'
+            srv.status = 'ERROR'
+            self.say('nova', 'rebuild_failed', mig.source_host,
+                     server=srv.name, dest=dest.name)
+            return
+        mig.status = 'done'
+        self._usage[mig.source_host] -= need
+        srv.host = dest.name
+        if srv.status == 'ERROR':
+            srv.status = 'ACTIVE'
+        if srv.status == 'ACTIVE':
+            srv.running_on.add(dest.name)
+            self.check_guests(srv)
+        if self.verbose_nova:
+            self.say('nova', 'rebuilt', mig.source_host, server=srv.name,
+                     dest=dest.name, status=srv.status)
+
+    def api_update_service(self, host: str, status, disabled_reason,
+                           forced_down) -> model.Service:
+        h = self.hosts.get(host)
+        if h is None:
+            raise exceptions.CloudError(
+                'compute service of %s not found (HTTP 404)' % host,
+                status=404)
+        self.check_actor('update service', host)
+        if forced_down and not h.forced_down:
+            self.check_gate('force down', host)
+        if status is not None:
+            h.status = status
+            if status == model.ENABLED:
+                h.disabled_reason = None
+        if disabled_reason is not None:
+            h.disabled_reason = disabled_reason
+        if forced_down is not None:
+            h.forced_down = forced_down
+        return self.service_model(h)
+
+
+class SimCloud(ports.CloudPort):
+    """Nova as the engine sees it, backed by a :class:`World`."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.api_calls = 0
+
+    def _call(self, n: int = 1) -> None:
+        self.api_calls += n
+
+    def snapshot(self, *, images: bool = False,
+                 migrations_since: datetime.datetime | None = None
+                 ) -> model.Snapshot:
+        w = self.world
+        servers = tuple(w.server_model(s) for s in w.servers.values()
+                        if s.host is not None)
+        self._call(2 + max(1, math.ceil(len(w.servers) / PAGE)))
+        imgs = {}
+        if images:
+            self._call()
+            used = {s.image_id for s in servers if s.image_id}
+            imgs = {i: w.images[i] for i in used if i in w.images}
+        migs: tuple = ()
+        if migrations_since is not None:
+            self._call()
+            migs = tuple(self._migrations(since=migrations_since))
+        return model.Snapshot(
+            taken_at=w.clock.now(),
+            services=tuple(w.service_model(h) for h in w.hosts.values()),
+            servers=servers, aggregates=tuple(w.aggregates.values()),
+            images=imgs, migrations=migs)
+
+    def update_service(self, service: model.Service, *,
+                       status: str | None = None,
+                       disabled_reason: str | None = None,
+                       forced_down: bool | None = None) -> model.Service:
+        self._call()
+        return self.world.api_update_service(service.host, status,
+                                             disabled_reason, forced_down)
+
+    def evacuate(self, server_id: str, *, host: str | None = None) -> None:
+        self._call()
+        self.world.api_evacuate(server_id, host)
+
+    def _server(self, server_id: str) -> Server:
+        srv = self.world.servers.get(server_id)
+        if srv is None:
+            raise exceptions.CloudError('instance %s not found (HTTP 404)'
+                                        % server_id, status=404)
+        return srv
+
+    def get_server(self, server_id: str) -> model.Server:
+        self._call()
+        return self.world.server_model(self._server(server_id))
+
+    def _migrations(self, server_id=None, source_host=None, since=None):
+        w = self.world
+        out = []
+        for mig in reversed(w.migrations):
+            if server_id and mig.server_id != server_id:
+                continue
+            if source_host and mig.source_host != source_host:
+                continue
+            if since and w.clock.at(mig.updated_at) < since:
+                continue
+            out.append(w.migration_model(mig))
+        return out
+
+    def migrations(self, *, server_id: str | None = None,
+                   source_host: str | None = None,
+                   since: datetime.datetime | None = None
+                   ) -> list[model.Migration]:
+        self._call()
+        return self._migrations(server_id, source_host, since)
+
+    def set_server_lock(self, server_id: str, locked: bool,
+                        reason: str | None = None) -> None:
+        self._call()
+        srv = self._server(server_id)
+        self.world.check_actor('lock' if locked else 'unlock', srv.host)
+        srv.locked = locked
+        self.world._changed(srv)
+
+    def stop_server(self, server_id: str) -> None:
+        self._call()
+        srv = self._server(server_id)
+        w = self.world
+        w.check_actor('stop', srv.host)
+        if srv.status != 'ACTIVE' or srv.task_state:
+            raise exceptions.CloudError(
+                "stop %s: Cannot 'stop' instance while it is in vm_state "
+                "%s (HTTP 409)" % (srv.name, srv.status.lower()), status=409)
+        srv.status = 'SHUTOFF'
+        srv.running_on.clear()
+        w._changed(srv)
+
+    def reset_server_state(self, server_id: str, state: str) -> None:
+        self._call()
+        srv = self._server(server_id)
+        self.world.check_actor('reset-state', srv.host)
+        if state not in ('error', 'active'):
+            raise exceptions.CloudError('reset-state %s: invalid state %r '
+                                        '(HTTP 400)' % (srv.name, state),
+                                        status=400)
+        srv.status = state.upper()
+        srv.task_state = None
+        self.world._changed(srv)
+
+
+class SimKdumpWatch(ports.KdumpWatch):
+    """What a fence_kdump listener would have heard in the world."""
+
+    def __init__(self, world: World):
+        self.world = world
+
+    def last_message(self, host: str) -> datetime.datetime | None:
+        return self.world.kdump_last_message(host)
+
+
+# --- the world the sim fencing driver talks to ---------------------------
+
+_ACTIVE: list[World] = []
+
+
+@contextlib.contextmanager
+def active(world: World):
+    """Make ``world`` the one simulated fencing devices act on."""
+    _ACTIVE.append(world)
+    try:
+        yield world
+    finally:
+        _ACTIVE.remove(world)
+
+
+def current() -> World | None:
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _no_world() -> exceptions.FencingError:
+    return exceptions.FencingError(
+        'the "sim" fencing driver only works inside the simulator '
+        '(instanceha-simulate); no simulated world is running')
