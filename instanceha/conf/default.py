@@ -51,6 +51,28 @@ OPTS = [
                 help='Seed parameter SMART_EVACUATION: shorthand for '
                      '[evacuation] strategy = smart. Setting it together '
                      'with a different [evacuation] strategy is an error.'),
+    cfg.FloatOpt('tick_interval', default=1.0, min=0.05, max=60,
+                 help='Seconds between two steps of the recovery engine. '
+                      'Each step checks running work (fencing, '
+                      'evacuations, power-on) and starts the next one; '
+                      'Nova is polled for failures only every "poll" '
+                      'seconds.'),
+    cfg.IntOpt('fence_retry_interval', default=30, min=1, max=3600,
+               help='Seconds before a failed fencing attempt is retried. '
+                    'The wait doubles after each failure, up to '
+                    'fence_retry_max_interval. A host that cannot be '
+                    'fenced is never evacuated (R9).'),
+    cfg.IntOpt('fence_retry_max_interval', default=600, min=1, max=86400,
+               help='Longest wait between two fencing attempts.'),
+    cfg.IntOpt('power_on_retries', default=3, min=0, max=100,
+               help='How often powering a recovered host back on is '
+                    'retried (with the fencing back-off) before the host is '
+                    'marked FAILED for an operator.'),
+    cfg.IntOpt('shutdown_timeout', default=30, min=0, max=3600,
+               help='Seconds a stopping service (SIGTERM) waits for running '
+                    'steps to reach a safe point. Nothing is marked FAILED '
+                    'on shutdown; the next start resumes from the markers '
+                    'in Nova.'),
 ]
 
 
@@ -60,3 +82,8 @@ def validate(conf: cfg.ConfigOpts) -> None:
         raise exceptions.ConfigurationError(
             'option [DEFAULT] smart_evacuation = true contradicts '
             '[evacuation] strategy = %s; set only one of them' % strategy)
+    if conf.fence_retry_max_interval < conf.fence_retry_interval:
+        raise exceptions.ConfigurationError(
+            'option [DEFAULT] fence_retry_max_interval (%d) is smaller than '
+            '[DEFAULT] fence_retry_interval (%d)'
+            % (conf.fence_retry_max_interval, conf.fence_retry_interval))

@@ -22,6 +22,30 @@ OPTS = [
                     'instanceha.evacuation namespace). Unset means "smart" '
                     'when [DEFAULT] smart_evacuation is true, else '
                     '"fire-and-forget".'),
+    cfg.IntOpt('retries', default=5, min=0, max=100,
+               help='How often a failed rebuild of one instance is retried '
+                    'by the smart and orchestrated strategies before it is '
+                    'given up and its host marked FAILED (seed: 5).'),
+    cfg.IntOpt('same_target_retries', default=1, min=0, max=100,
+               help='Retries of a failed rebuild on the same destination '
+                    'host before other hosts are tried (restart limits, '
+                    'R17).'),
+    cfg.IntOpt('max_in_flight', default=20, min=1, max=10000,
+               help='Most instance evacuations running at once, over all '
+                    'hosts being recovered.'),
+    cfg.IntOpt('timeout', default=900, min=0, max=86400,
+               help='Seconds one rebuild may run before it is given up '
+                    '(0: wait forever). A given-up instance marks its host '
+                    'FAILED with the smart and orchestrated strategies.'),
+    cfg.BoolOpt('lock_instances', default=True,
+                help='Lock each instance against tenant actions while it is '
+                     'evacuated, and unlock it afterwards (also on failure). '
+                     'An instance that was already locked is left as it '
+                     'is.'),
+    cfg.StrOpt('priority_key', default='instanceha:priority',
+               help='Server metadata key holding an integer restart '
+                    'priority for the orchestrated strategy (higher first; '
+                    'missing or malformed: 0).'),
 ]
 
 

@@ -20,4 +20,23 @@ OPTS = [
     cfg.StrOpt('strategy', default='none',
                help='Reservation strategy (an entry point in the '
                     'instanceha.reservation namespace).'),
+    cfg.ListOpt('reserved_hosts', default=[],
+                help='reserved-hosts strategy: compute hosts kept disabled '
+                     'as spare capacity. A disabled host whose '
+                     'disabled_reason starts with reserved_reason is a '
+                     'spare as well.'),
+    cfg.StrOpt('reserved_reason', default='instanceha:reserved',
+               help='reserved-hosts strategy: disabled_reason prefix that '
+                    'marks a spare host, and the reason written when a '
+                    'spare is returned to the pool.'),
+    cfg.BoolOpt('evacuate_to_spare', default=True,
+                help='reserved-hosts strategy: rebuild the failed host\'s '
+                     'instances on the spare enabled for it (otherwise the '
+                     'spare only adds capacity and Nova\'s scheduler '
+                     'places them).'),
+    cfg.BoolOpt('same_domain_only', default=False,
+                help='reserved-hosts strategy: only use a spare in the '
+                     'failed host\'s failure domain (a shared aggregate or '
+                     'the same availability zone); otherwise any spare is '
+                     'used when the domain has none.'),
 ]

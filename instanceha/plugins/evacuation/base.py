@@ -10,33 +10,408 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Evacuation strategies move a fenced host's instances away (R10, R12)."""
+"""Evacuation strategies move a fenced host's instances away (R10, R12).
 
-import abc
+A strategy never blocks the engine: for each fenced host the engine asks
+the configured strategy for an :class:`EvacuationJob` (:meth:`begin`) and
+then calls :meth:`EvacuationJob.step` once per tick in a worker thread.
+A step checks the instances already being rebuilt (through Nova's
+migration records, so the truth is in Nova and survives a restart),
+restores their power state, unlocks them, and starts up to ``budget`` new
+evacuations. Strategies differ only in policy:
+
+* when a host counts as done (``tracks``: accepted call vs. rebuild done),
+* how often a failed rebuild is retried (``retries``), and
+* which pending instances may start now (:meth:`ready`).
+
+Restart limits (R17): an instance is retried on the same destination at
+most ``[evacuation] same_target_retries`` times, then on other hosts, and
+after ``retries`` retries in all it is given up (a terminal state that
+marks its host FAILED).
+"""
+
 import dataclasses
+import enum
 
+from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha import exceptions
 from instanceha.plugins import base
+
+#: Migration statuses of an evacuation that is still running.
+MIGRATION_RUNNING = frozenset({'accepted', 'pre-migrating', 'migrating',
+                               'running', 'queued', 'preparing'})
+#: Statuses of an evacuation whose rebuild finished.
+MIGRATION_DONE = frozenset({'done', 'completed'})
+#: Anything else (failed, error, cancelled) is a failed attempt.
+
+LOCK_REASON = 'instanceha: evacuating from %s'
+
+
+class TaskState(str, enum.Enum):
+    PENDING = 'pending'
+    IN_FLIGHT = 'in_flight'
+    DONE = 'done'
+    FAILED = 'failed'
 
 
 @dataclasses.dataclass
-class EvacuationResult:
-    #: Server ids rebuilt (or, fire-and-forget, accepted) elsewhere.
-    succeeded: list[str] = dataclasses.field(default_factory=list)
-    #: Server id -> why it could not be evacuated.
-    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+class InstanceTask:
+    """One instance's evacuation, as far as this service knows it."""
+
+    server_id: str
+    name: str
+    #: Status before the failure (to restore), None when unknown (resumed
+    #: after an earlier failed attempt had already changed it).
+    original_status: str | None
+    priority: int = 0
+    state: TaskState = TaskState.PENDING
+    #: Evacuate calls made (accepted or refused).
+    attempts: int = 0
+    #: Migration records Nova holds for our attempts (matched by count).
+    records: int = 0
+    #: Destination host -> failed rebuilds there (R17).
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Host asked for in the next/current call; None lets Nova choose.
+    target: str | None = None
+    dest: str | None = None
+    reason: str = ''
+    #: Monotonic time the current attempt was accepted.
+    started: float | None = None
+    #: The fire-and-forget notion of success: Nova accepted the call.
+    accepted: bool = False
+    locked_by_us: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where one host's evacuation stands after a step."""
+
+    #: The host workflow may move on (no more work it must wait for).
+    complete: bool
+    #: Nothing left to watch (no instance pending or in flight).
+    settled: bool
+    succeeded: tuple[str, ...]
+    #: Server id -> why it was given up.
+    failed: dict[str, str]
+    in_flight: int
+    #: Hosts that received (or are receiving) an instance.
+    landed_on: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    env: ports.Environment
+    #: The latest snapshot (to pick other targets); may be None.
+    snapshot: model.Snapshot | None
+    #: How many new evacuations this step may start.
+    budget: int
+
+
+class EvacuationJob:
+    """The evacuation of one fenced host; advanced by :meth:`step`."""
+
+    def __init__(self, strategy: 'EvacuationStrategy', host: str,
+                 servers: list[model.Server], target: str | None,
+                 since):
+        self.strategy = strategy
+        self.host = host
+        self.target = target
+        #: Migration records older than this are not ours.
+        self.since = since
+        self._servers = sorted(servers, key=lambda s: s.id)
+        self.tasks: dict[str, InstanceTask] = {}
+        self._classified = False
+
+    # -- helpers ----------------------------------------------------------
+
+    def _emit(self, env, event, **details):
+        env.events.emit(event, self.host, **details)
+
+    def _records(self, env) -> dict[str, list[model.Migration]]:
+        out: dict[str, list[model.Migration]] = {}
+        for mig in env.cloud.migrations(source_host=self.host,
+                                        since=self.since):
+            if mig.migration_type not in ('evacuation', None):
+                continue
+            out.setdefault(mig.server_id, []).append(mig)
+        for recs in out.values():
+            recs.sort(key=lambda m: (m.created_at is not None,
+                                     m.created_at, m.id), reverse=True)
+        return out
+
+    def _classify(self, env, records) -> None:
+        """Build the task list from the servers and Nova's records.
+
+        Run once, also when resuming after a restart: an instance with a
+        running evacuation is watched, not evacuated again; one already
+        rebuilt elsewhere is only unlocked.
+        """
+        for srv in self._servers:
+            recs = records.get(srv.id, [])
+            task = InstanceTask(
+                server_id=srv.id, name=srv.name,
+                original_status=srv.status if not any(
+                    r.status not in MIGRATION_RUNNING | MIGRATION_DONE
+                    for r in recs) else None,
+                priority=self.strategy.priority(srv),
+                target=self.target, attempts=len(recs), records=len(recs),
+                locked_by_us=bool(recs) and srv.locked)
+            for rec in recs:
+                if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
+                        and rec.dest_host):
+                    task.failures[rec.dest_host] = task.failures.get(
+                        rec.dest_host, 0) + 1
+            if recs and recs[0].status in MIGRATION_RUNNING | MIGRATION_DONE:
+                task.state = TaskState.IN_FLIGHT
+                task.accepted = True
+                task.started = env.clock.monotonic()
+            elif srv.status not in model.EVACUABLE_STATUSES:
+                continue
+            self.tasks[srv.id] = task
+        for server_id in sorted(set(records) - set(self.tasks)):
+            # Left the host already (rebuilt elsewhere) before a restart:
+            # watch it to the end so that it is unlocked.
+            recs = records[server_id]
+            self.tasks[server_id] = InstanceTask(
+                server_id=server_id, name=server_id, original_status=None,
+                state=TaskState.IN_FLIGHT, attempts=len(recs),
+                records=len(recs), accepted=True, locked_by_us=True,
+                started=env.clock.monotonic())
+        self._classified = True
+
+    def _unlock(self, env, task: InstanceTask) -> None:
+        if not task.locked_by_us:
+            return
+        try:
+            env.cloud.set_server_lock(task.server_id, False)
+        except exceptions.CloudError as exc:
+            if getattr(exc, 'status', None) != 404:
+                raise
+        task.locked_by_us = False
+        self._emit(env, events.SERVER_UNLOCKED, server=task.server_id)
+
+    def _give_up(self, env, task: InstanceTask, reason: str) -> None:
+        task.state = TaskState.FAILED
+        task.reason = reason
+        self._emit(env, events.EVACUATE_GAVE_UP, server=task.server_id,
+                   attempts=task.attempts, reason=reason)
+        self._unlock(env, task)
+
+    def _next_target(self, task: InstanceTask,
+                     snapshot: model.Snapshot | None) -> str | None:
+        """R17: same destination a bounded number of times, then others."""
+        limit = self.strategy.same_target_retries
+        if task.target is not None and task.failures.get(task.target,
+                                                         0) <= limit:
+            return task.target
+        if not any(n > limit for n in task.failures.values()):
+            return task.target
+        if snapshot is None:
+            return None
+        candidates = sorted(
+            (task.failures.get(s.host, 0), s.host)
+            for s in snapshot.services
+            if s.host != self.host and s.state == model.UP
+            and not s.disabled and not s.forced_down
+            and task.failures.get(s.host, 0) <= limit)
+        return candidates[0][1] if candidates else None
+
+    def _failed_attempt(self, env, task, dest, reason, snapshot) -> None:
+        if dest:
+            task.failures[dest] = task.failures.get(dest, 0) + 1
+        if task.attempts > self.strategy.retries:
+            self._give_up(env, task, reason)
+            return
+        task.state = TaskState.PENDING
+        task.accepted = False
+        task.target = self._next_target(task, snapshot)
+
+    def _restore_power_state(self, env, task, server: model.Server) -> None:
+        """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
+
+        Nova (microversion 2.94) stops a rebuilt SHUTOFF server itself; a
+        retried one was ERROR when evacuated and comes back ACTIVE.
+        """
+        want = task.original_status
+        if want == 'ERROR' and server.status != 'ERROR':
+            env.cloud.reset_server_state(task.server_id, 'error')
+        elif want == 'SHUTOFF' and server.status == 'ACTIVE':
+            env.cloud.stop_server(task.server_id)
+        else:
+            return
+        self._emit(env, events.POWER_STATE_RESTORED, server=task.server_id,
+                   status=want)
+
+    # -- one step ---------------------------------------------------------
+
+    def _check(self, env, task, records, snapshot) -> None:
+        recs = records.get(task.server_id, [])
+        timeout = self.strategy.timeout
+        overdue = (task.started is not None and timeout and
+                   env.clock.monotonic() - task.started > timeout)
+        if len(recs) < task.records or recs[0].status in MIGRATION_RUNNING:
+            if overdue:
+                self._give_up(env, task, 'rebuild did not finish within '
+                              '%d s' % timeout)
+            return
+        rec = recs[0]
+        if rec.status in MIGRATION_DONE:
+            try:
+                server = env.cloud.get_server(task.server_id)
+            except exceptions.CloudError as exc:
+                if getattr(exc, 'status', None) != 404:
+                    raise
+                task.state = TaskState.DONE
+                task.reason = 'deleted'
+                return
+            if server.task_state or server.host == self.host:
+                if overdue:
+                    self._give_up(env, task, 'rebuild did not settle within '
+                                  '%d s' % timeout)
+                return
+            self._restore_power_state(env, task, server)
+            task.state = TaskState.DONE
+            task.dest = server.host
+            self._emit(env, events.EVACUATE_DONE, server=task.server_id,
+                       dest=server.host, status=task.original_status or
+                       server.status)
+            self._unlock(env, task)
+            return
+        reason = 'rebuild on %s ended %s' % (rec.dest_host or '?',
+                                             rec.status)
+        self._emit(env, events.EVACUATE_FAILED, server=task.server_id,
+                   attempt=task.attempts, dest=rec.dest_host, reason=reason)
+        self._failed_attempt(env, task, rec.dest_host, reason, snapshot)
+
+    def _start(self, env, task: InstanceTask, snapshot) -> None:
+        if self.strategy.lock_instances and not task.locked_by_us:
+            env.cloud.set_server_lock(task.server_id, True,
+                                      LOCK_REASON % self.host)
+            task.locked_by_us = True
+            self._emit(env, events.SERVER_LOCKED, server=task.server_id)
+        task.attempts += 1
+        try:
+            env.cloud.evacuate(task.server_id, host=task.target)
+        except exceptions.CloudError as exc:
+            reason = 'evacuate refused: %s' % exc
+            self._emit(env, events.EVACUATE_REFUSED, server=task.server_id,
+                       attempt=task.attempts, reason=str(exc))
+            self._failed_attempt(env, task, None, reason, snapshot)
+            return
+        task.records += 1
+        task.state = TaskState.IN_FLIGHT
+        task.accepted = True
+        task.started = env.clock.monotonic()
+        self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
+                   target=task.target, attempt=task.attempts)
+
+    def step(self, ctx: StepContext) -> Progress:
+        """Check running evacuations, then start up to ``ctx.budget``."""
+        env = ctx.env
+        records = None
+        if not self._classified:
+            records = self._records(env)
+            self._classify(env, records)
+        watching = [t for t in self._sorted()
+                    if t.state is TaskState.IN_FLIGHT]
+        if watching:
+            if records is None:
+                records = self._records(env)
+            for task in watching:
+                self._check(env, task, records, ctx.snapshot)
+        budget = ctx.budget
+        for task in self.strategy.ready(self._sorted()):
+            if budget <= 0 or not env.coordinator.is_leader():
+                break
+            self._start(env, task, ctx.snapshot)
+            budget -= 1
+        return self.progress()
+
+    def release(self, env: ports.Environment) -> None:
+        """Unlock what is locked but not being rebuilt (clean shutdown).
+
+        Instances in flight stay locked: the next start watches them to
+        the end and unlocks them then.
+        """
+        for task in self._sorted():
+            if task.state is not TaskState.IN_FLIGHT:
+                self._unlock(env, task)
+
+    # -- results ----------------------------------------------------------
+
+    def _sorted(self) -> list[InstanceTask]:
+        return [self.tasks[k] for k in sorted(self.tasks)]
 
     @property
-    def complete(self) -> bool:
-        return not self.failed
+    def in_flight(self) -> int:
+        return sum(1 for t in self.tasks.values()
+                   if t.state is TaskState.IN_FLIGHT)
+
+    def progress(self) -> Progress:
+        tasks = self._sorted()
+        open_ = [t for t in tasks if t.state in (TaskState.PENDING,
+                                                 TaskState.IN_FLIGHT)]
+        if self.strategy.tracks:
+            ok = [t for t in tasks if t.state is TaskState.DONE]
+            complete = not open_
+        else:
+            ok = [t for t in tasks if t.accepted or
+                  t.state is TaskState.DONE]
+            complete = not any(t.state is TaskState.PENDING for t in tasks)
+        landed = {t.dest for t in tasks if t.dest}
+        landed |= {t.target for t in tasks
+                   if t.state is TaskState.IN_FLIGHT and t.target}
+        return Progress(
+            complete=self._classified and complete,
+            settled=self._classified and not open_,
+            succeeded=tuple(t.server_id for t in ok),
+            failed={t.server_id: t.reason for t in tasks
+                    if t.state is TaskState.FAILED},
+            in_flight=self.in_flight,
+            landed_on=frozenset(landed))
 
 
 class EvacuationStrategy(base.Driver):
-    """Moves the eligible instances of one fenced host."""
+    """Policy for moving the eligible instances of one fenced host."""
 
-    @abc.abstractmethod
-    def evacuate(self, env: ports.Environment, host: str,
-                 servers: list[model.Server],
-                 target: str | None = None) -> EvacuationResult:
-        """Evacuate ``servers`` off ``host`` (onto ``target`` if given)."""
+    #: True: an instance counts as evacuated once its rebuild is done;
+    #: False: once Nova accepted the call (fire-and-forget).
+    tracks: bool = True
+
+    @property
+    def retries(self) -> int:
+        return self.conf.evacuation.retries
+
+    @property
+    def same_target_retries(self) -> int:
+        return self.conf.evacuation.same_target_retries
+
+    @property
+    def timeout(self) -> int:
+        return self.conf.evacuation.timeout
+
+    @property
+    def lock_instances(self) -> bool:
+        return self.conf.evacuation.lock_instances
+
+    def priority(self, server: model.Server) -> int:
+        """Restart priority of a server (only orchestrated uses it)."""
+        return 0
+
+    def ready(self, tasks: list[InstanceTask]) -> list[InstanceTask]:
+        """The pending tasks that may start now, in order."""
+        return [t for t in tasks if t.state is TaskState.PENDING]
+
+    def begin(self, host: str, servers: list[model.Server], *,
+              target: str | None = None, since=None) -> EvacuationJob:
+        """Start (or, after a restart, resume) evacuating ``host``.
+
+        :param servers: the host's eligible instances as Nova lists them
+            now (instances whose status Nova cannot evacuate are skipped).
+        :param target: a spare to rebuild on; None lets Nova choose.
+        :param since: migration records older than this are not ours
+            (the time the host was fenced).
+        """
+        return EvacuationJob(self, host, servers, target, since)

@@ -28,9 +28,20 @@ class ReservationStrategy(base.Driver):
         """Enable a spare host for ``failed_host``; return its name.
 
         None means no spare was claimed; evacuation then lets Nova's
-        scheduler choose.
+        scheduler choose. Runs in a worker thread, possibly beside another
+        host's call: two failed hosts must never get the same spare.
         """
 
     def release(self, env: ports.Environment, failed_host: str,
-                spare: str) -> None:
-        """Give an unused spare back to the pool."""
+                spare: str, snapshot: model.Snapshot) -> None:
+        """Give a spare nothing landed on back to the pool."""
+
+    def adopt(self, failed_host: str, spare: str) -> None:
+        """Remember a claim read back from Nova after a restart."""
+
+    def forget(self, spare: str) -> None:
+        """Drop a claim that stays in service (something landed on it)."""
+
+    def evacuation_target(self, spare: str | None) -> str | None:
+        """Where to rebuild the failed host's instances (None: anywhere)."""
+        return None

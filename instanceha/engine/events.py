@@ -1,0 +1,144 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The engine's events: stable names, plain fields, one line each.
+
+Events are the engine's story. The production sink writes them as log
+lines; the simulator compares them with a golden log; the health module
+may count them. So names and fields are part of the contract: values are
+plain (str, int, bool, None, or tuples of those), never wall-clock times,
+and :func:`format_event` prints them in a deterministic order.
+
+Names (``host`` is set on all but the cycle-level ones):
+
+========================  =================================================
+``host_state``            a workflow transition: ``old``, ``new`` and the
+                          step's details (``reason``, ``level``, ...)
+``host_resumed``          a workflow adopted from a Nova marker after a
+                          restart or leader change: ``state``
+``fence_pending``         every cycle while a host cannot be fenced (R9):
+                          ``attempts``, ``retry_in``, ``reason``
+``kdump_wait``            waiting for a first kdump message: ``timeout``
+``spare_claimed``         ``spare``: a reserved host enabled for ``host``
+``spare_released``        ``spare``: returned to the pool, nothing landed
+``evacuate_requested``    ``server``, ``target`` (None: scheduler),
+                          ``attempt``
+``evacuate_refused``      ``server``, ``attempt``, ``reason``: the API
+                          call failed
+``evacuate_done``         ``server``, ``dest``, ``status``
+``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``
+``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (R17's
+                          terminal error state)
+``server_locked``         ``server``
+``server_unlocked``       ``server``
+``power_state_restored``  ``server``, ``status`` (SHUTOFF or ERROR)
+``host_failed_pending``   each cycle for a host marked FAILED: ``action``
+``not_leader``            once when this copy loses leadership
+``leader``                once when it (re)gains it
+``snapshot_failed``       ``reason``: Nova could not be read this cycle
+``step_error``            ``state``, ``reason``: an unexpected error in a
+                          step; the step is retried on a later tick
+``shutdown``              ``in_flight``: hosts with a running step
+========================  =================================================
+"""
+
+import logging
+import threading
+
+from instanceha.engine import ports
+
+HOST_STATE = 'host_state'
+HOST_RESUMED = 'host_resumed'
+FENCE_PENDING = 'fence_pending'
+KDUMP_WAIT = 'kdump_wait'
+SPARE_CLAIMED = 'spare_claimed'
+SPARE_RELEASED = 'spare_released'
+EVACUATE_REQUESTED = 'evacuate_requested'
+EVACUATE_REFUSED = 'evacuate_refused'
+EVACUATE_DONE = 'evacuate_done'
+EVACUATE_FAILED = 'evacuate_failed'
+EVACUATE_GAVE_UP = 'evacuate_gave_up'
+SERVER_LOCKED = 'server_locked'
+SERVER_UNLOCKED = 'server_unlocked'
+POWER_STATE_RESTORED = 'power_state_restored'
+HOST_FAILED_PENDING = 'host_failed_pending'
+NOT_LEADER = 'not_leader'
+LEADER = 'leader'
+SNAPSHOT_FAILED = 'snapshot_failed'
+STEP_ERROR = 'step_error'
+SHUTDOWN = 'shutdown'
+
+#: Events that mean something went wrong (logged as warnings).
+WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_FAILED,
+                      EVACUATE_GAVE_UP, HOST_FAILED_PENDING, NOT_LEADER,
+                      SNAPSHOT_FAILED, STEP_ERROR})
+
+
+def _value(v) -> str:
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return ','.join(str(x) for x in (sorted(v) if isinstance(
+            v, (set, frozenset)) else v))
+    text = str(v)
+    return repr(text) if (' ' in text or not text) else text
+
+
+def format_event(event: str, host: str | None = None, **details) -> str:
+    """event host key=value ... with keys sorted: one stable line."""
+    parts = [event]
+    if host:
+        parts.append(host)
+    parts.extend('%s=%s' % (k, _value(details[k])) for k in sorted(details))
+    return ' '.join(parts)
+
+
+class LogEventSink(ports.EventSink):
+    """Production: one log line per event (warnings for bad news)."""
+
+    def __init__(self, logger: logging.Logger | None = None):
+        self.log = logger or logging.getLogger('instanceha.events')
+
+    def emit(self, event: str, host: str | None = None, **details) -> None:
+        level = logging.WARNING if event in WARNINGS else logging.INFO
+        self.log.log(level, '%s', format_event(event, host, **details))
+
+
+class RecordingEventSink(ports.EventSink):
+    """Keeps every event in memory (tests, instanceha-manage)."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str | None, dict]] = []
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, host: str | None = None, **details) -> None:
+        with self._lock:
+            self.events.append((event, host, dict(details)))
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return [format_event(e, h, **d) for e, h, d in self.events]
+
+    def named(self, event: str, host: str | None = None) -> list[dict]:
+        """Details of every event (for host if given)."""
+        with self._lock:
+            return [d for e, h, d in self.events
+                    if e == event and (host is None or h == host)]
+
+
+class TeeEventSink(ports.EventSink):
+    """Sends each event to several sinks (log + metrics, log + record)."""
+
+    def __init__(self, *sinks: ports.EventSink):
+        self.sinks = list(sinks)
+
+    def emit(self, event: str, host: str | None = None, **details) -> None:
+        for sink in self.sinks:
+            sink.emit(event, host, **details)

@@ -1,0 +1,55 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Executors: where the engine's slow jobs (fencing, Nova calls) run.
+
+The engine submits a job and looks at its future on later ticks, so a
+BMC that takes a minute to answer never stalls detection of other hosts.
+"""
+
+from collections.abc import Callable
+import concurrent.futures
+
+from instanceha.engine import ports
+
+
+class ThreadPoolExecutor(ports.Executor):
+    """Production: a pool of threads ([DEFAULT] workers of them)."""
+
+    def __init__(self, workers: int):
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix='instanceha-worker')
+
+    def submit(self, fn: Callable, *args, **kwargs
+               ) -> concurrent.futures.Future:
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop accepting jobs; with wait, let running ones finish."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+class InlineExecutor(ports.Executor):
+    """Runs each job at once in the caller (unit tests, dry runs).
+
+    The future is already done when submit returns, so a workflow
+    advances one step per tick exactly as with a pool, deterministically.
+    """
+
+    def submit(self, fn: Callable, *args, **kwargs
+               ) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the engine via the future
+            fut.set_exception(exc)
+        return fut

@@ -1,0 +1,727 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The recovery engine: one explicit workflow per failed host.
+
+``Engine.tick()`` is one step of the service. Every ``poll`` seconds (by
+the environment's clock) it reads a snapshot of the cloud, adopts hosts
+whose Nova marker says a recovery is under way (so a restarted service or
+a new leader resumes exactly where the last one stopped), asks
+:func:`instanceha.engine.decide.make_plan` which failed hosts to recover
+and starts their workflows. On every tick it advances each workflow by at
+most one step. Slow work (fencing, Nova calls, power-on) runs as jobs on
+``env.executor``; a tick only looks at finished futures, so a BMC that
+takes a minute never delays anything else.
+
+A host's way through the table of :mod:`instanceha.engine.states`::
+
+    suspect -> fencing -> fenced -> evacuating -> evacuated
+            -> powering_on -> waiting_up -> enabling -> healthy
+
+* fencing: R9, a host that cannot be fenced (no configuration, every
+  level failed) goes to fence_failed and is retried with back-off; it is
+  never evacuated. With kdump checking, a host first gets
+  ``kdump_timeout`` seconds to announce a crash dump; a dumping host
+  counts as fenced and is never power-cycled.
+* fenced: forced down and disabled with a marker (R10), then a spare is
+  claimed (R7) and the marker says ``evacuating``.
+* evacuating: the evacuation strategy's job is stepped until it is
+  complete; any instance given up means FAILED (R12; with
+  fire-and-forget, unless ``force_enable``, R13).
+* evacuated: ``leave_disabled`` ends in left_disabled (R11); otherwise the
+  host is powered on (not a kdump host), ``forced_down`` is cleared, and
+  it is enabled once Nova reports it ``up``.
+
+Safety: leadership is checked before every step that changes anything;
+each job holds the coordinator's lock on its host. A stopping service
+lets running jobs finish, marks nothing FAILED and leaves the markers for
+the next start.
+"""
+
+from collections.abc import Callable
+import concurrent.futures
+import dataclasses
+import datetime
+import logging
+
+from instanceha.engine import events
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha.engine import states
+from instanceha.engine.states import HostState
+from instanceha import exceptions
+from instanceha.plugins.evacuation import base as evac_base
+
+LOG = logging.getLogger(__name__)
+
+S = HostState
+
+#: Nova's and our clocks may differ a little: migration records this much
+#: older than the fence time still count as ours.
+MIGRATION_SLACK = datetime.timedelta(seconds=120)
+
+#: States that hold one of the ``workers`` recovery slots.
+BUSY_STATES = frozenset({S.FENCING, S.FENCED, S.EVACUATING, S.EVACUATED,
+                         S.POWERING_ON, S.ENABLING})
+
+#: Marker states a (re)started engine adopts from Nova.
+RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
+                       S.POWERING_ON, S.WAITING_UP, S.ENABLING,
+                       S.LEFT_DISABLED, S.FAILED})
+
+#: Seconds before a step that raised unexpectedly is tried again.
+STEP_RETRY = 5.0
+
+
+def operator_action(host: str) -> str:
+    """What an operator must do about a FAILED host (seed step 11)."""
+    return ('check the instances of %s listed in the log, evacuate or fix '
+            'them by hand, then run "instanceha-manage hosts clear %s"'
+            % (host, host))
+
+
+@dataclasses.dataclass
+class HostWorkflow:
+    """The engine's in-memory view of one host being recovered."""
+
+    host: str
+    state: HostState
+    #: When the current state was entered (clock.now()).
+    entered: datetime.datetime
+    #: When the host was detected failed (or the marker's time).
+    detected: datetime.datetime
+    servers: tuple[model.Server, ...] = ()
+    future: concurrent.futures.Future | None = None
+    #: Applied in the tick thread to the job's result.
+    on_done: Callable | None = None
+    #: Evacuations the running job may start (counted against the cap).
+    budget: int = 0
+    attempts: int = 0
+    retry_at: float = 0.0
+    kdump: bool = False
+    kdump_deadline: float | None = None
+    fence_level: int | None = None
+    spare: str | None = None
+    since: datetime.datetime | None = None
+    job: evac_base.EvacuationJob | None = None
+    progress: evac_base.Progress | None = None
+    resumed: bool = False
+    reason: str = ''
+
+
+class Engine:
+    """Drives every failed host's workflow; see the module docstring."""
+
+    def __init__(self, conf, drivers, env: ports.Environment, *,
+                 planner: Callable | None = None):
+        """Build an engine; it acts only when ticked.
+
+        :param planner: ``(snapshot, now, recovering) -> Plan``; the
+            default is :func:`instanceha.engine.decide.make_plan` with the
+            configured detectors, filters and gates.
+        """
+        self.conf = conf
+        self.drivers = drivers
+        self.env = env
+        self._planner = planner
+        self._workflows: dict[str, HostWorkflow] = {}
+        #: Jobs of hosts that moved on while rebuilds still run
+        #: (fire-and-forget): watched until settled, for unlock/restore.
+        self._aftercare: dict[str, HostWorkflow] = {}
+        self._next_poll: float | None = None
+        self._leader: bool | None = None
+        self._stopping = False
+        self.snapshot: model.Snapshot | None = None
+        self.plan = None
+        self.cycles = 0
+
+    # -- public -------------------------------------------------------------
+
+    def host_states(self) -> dict[str, HostState]:
+        """Every host in a workflow and its state, sorted by host."""
+        return {h: self._workflows[h].state for h in sorted(self._workflows)}
+
+    def workflows(self) -> dict[str, HostWorkflow]:
+        return dict(self._workflows)
+
+    def busy(self) -> bool:
+        """True while any job is running."""
+        return any(wf.future is not None for wf in self._all())
+
+    def tick(self) -> None:
+        """One step; never blocks on slow work."""
+        self._harvest()
+        if self._stopping:
+            return
+        if not self._check_leadership():
+            return
+        now = self.env.clock.monotonic()
+        if self._next_poll is None or now >= self._next_poll:
+            self._next_poll = now + self.conf.poll
+            self._cycle()
+        if self.conf.disabled:
+            return
+        self._advance()
+
+    def shutdown(self, timeout: float) -> None:
+        """Stop taking new work; let running jobs reach their end.
+
+        Nothing is marked FAILED: the markers in Nova stay as they are and
+        the next start (or another leader) resumes from them. Instances
+        locked but not being rebuilt are unlocked.
+        """
+        self._stopping = True
+        deadline = self.env.clock.monotonic() + timeout
+        running = sorted(wf.host for wf in self._all() if wf.future)
+        self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
+        futures = [wf.future for wf in self._all() if wf.future]
+        while futures and self.env.clock.monotonic() < deadline:
+            if all(f.done() for f in futures):
+                break
+            self.env.clock.sleep(0.1)
+        self._harvest(apply=False)
+        for wf in self._all():
+            if wf.job is not None and wf.future is None:
+                try:
+                    wf.job.release(self.env)
+                except exceptions.InstanceHAError as exc:
+                    LOG.warning('host %s: could not unlock instances on '
+                                'shutdown: %s', wf.host, exc)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _all(self) -> list[HostWorkflow]:
+        return ([self._workflows[h] for h in sorted(self._workflows)] +
+                [self._aftercare[h] for h in sorted(self._aftercare)])
+
+    def _emit(self, event: str, host: str | None = None, **details) -> None:
+        self.env.events.emit(event, host, **details)
+
+    def _check_leadership(self) -> bool:
+        leader = bool(self.env.coordinator.is_leader())
+        if leader != self._leader:
+            if leader:
+                if self._leader is not None:
+                    # Another copy may have moved our hosts on: forget what
+                    # we knew and resume from Nova's markers right away.
+                    for host in sorted(self._workflows):
+                        if self._workflows[host].future is None:
+                            del self._workflows[host]
+                    self._next_poll = None
+                self._emit(events.LEADER)
+            else:
+                self._emit(events.NOT_LEADER)
+            self._leader = leader
+        return leader
+
+    def _transition(self, wf: HostWorkflow, new: HostState,
+                    **details) -> None:
+        states.check_transition(wf.host, wf.state, new)
+        old = wf.state
+        wf.state = new
+        wf.entered = self.env.clock.now()
+        if new in (S.FENCED, S.POWERING_ON):
+            wf.attempts = 0
+        wf.retry_at = 0.0
+        self._emit(events.HOST_STATE, wf.host, old=old.value,
+                   new=new.value, **details)
+        if new is S.HEALTHY:
+            self._workflows.pop(wf.host, None)
+
+    def _submit(self, wf: HostWorkflow, fn: Callable,
+                on_done: Callable, *, lock: bool = True) -> None:
+        """Run ``fn()`` as a job holding the host's lock.
+
+        Later, in the tick thread, ``on_done(result)`` is called (or the
+        job's error is reported and the step retried).
+        """
+        coordinator = self.env.coordinator
+
+        def job():
+            if not lock:
+                return fn()
+            with coordinator.host_lock(wf.host):
+                return fn()
+
+        wf.on_done = on_done
+        wf.future = self.env.executor.submit(job)
+
+    def _harvest(self, apply: bool = True) -> None:
+        for wf in self._all():
+            fut = wf.future
+            if fut is None or not fut.done():
+                continue
+            wf.future, on_done, wf.on_done = None, wf.on_done, None
+            wf.budget = 0
+            exc = fut.exception()
+            if exc is not None:
+                self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
+                           reason='%s: %s' % (type(exc).__name__, exc))
+                if not isinstance(exc, exceptions.InstanceHAError):
+                    LOG.error('host %s: unexpected error in state %s',
+                              wf.host, wf.state, exc_info=exc)
+                wf.retry_at = self.env.clock.monotonic() + STEP_RETRY
+                continue
+            if apply and on_done is not None:
+                on_done(fut.result())
+
+    def _service(self, host: str) -> model.Service:
+        svc = self.snapshot.service(host) if self.snapshot else None
+        if svc is None:
+            raise exceptions.CloudError('nova-compute service of %s is not '
+                                        'listed by Nova' % host)
+        return svc
+
+    def _mark(self, host: str, state: HostState, note: str = '',
+              **changes) -> None:
+        """Write our marker (and other changes) to the host's service."""
+        if not self.env.coordinator.is_leader():
+            raise exceptions.CoordinationError(
+                'not the leader: %s left unchanged' % host)
+        reason = states.make_marker(state, self.env.clock.now(), note)
+        self.env.cloud.update_service(self._service(host),
+                                      disabled_reason=reason, **changes)
+
+    def _backoff(self, attempts: int) -> float:
+        wait = self.conf.fence_retry_interval * (2 ** max(attempts - 1, 0))
+        return float(min(wait, self.conf.fence_retry_max_interval))
+
+    def _kdump_on(self) -> bool:
+        if self.env.kdump is None:
+            return False
+        try:
+            return bool(self.conf.kdump.check_kdump)
+        except Exception:  # the [kdump] group is optional
+            return True
+
+    def _kdump_opt(self, name: str, default: int) -> int:
+        try:
+            return int(getattr(self.conf.kdump, name))
+        except Exception:
+            return default
+
+    # -- the cycle: snapshot, adopt, plan -------------------------------------
+
+    def _plan(self, snapshot, now, recovering):
+        if self._planner is not None:
+            return self._planner(snapshot, now, recovering)
+        from instanceha.engine import decide
+        return decide.make_plan(snapshot, self.drivers, self.conf, now,
+                                recovering=recovering)
+
+    def _take_snapshot(self) -> model.Snapshot:
+        kwargs = {}
+        try:
+            from instanceha.engine import decide
+            kwargs = decide.snapshot_needs(self.drivers)
+        except (ImportError, AttributeError):
+            pass
+        return self.env.cloud.snapshot(**kwargs)
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        try:
+            snapshot = self._take_snapshot()
+        except exceptions.InstanceHAError as exc:
+            self._emit(events.SNAPSHOT_FAILED, reason=str(exc))
+            return
+        self.snapshot = snapshot
+        now = self.env.clock.now()
+        if not self.conf.disabled:
+            self._adopt(snapshot)
+        recovering = {h: wf.state for h, wf in self._workflows.items()
+                      if wf.state not in (S.SUSPECT, S.FENCE_FAILED)}
+        plan = self._plan(snapshot, now, recovering)
+        self.plan = plan
+        for line in plan.lines():
+            LOG.debug('plan: %s', line)
+        if self.conf.disabled:
+            for d in plan.to_recover():
+                LOG.warning('disabled = true: would recover %s', d.line())
+            return
+        to_recover = {d.host: d for d in plan.to_recover()}
+        for host in sorted(to_recover):
+            if host not in self._workflows:
+                self._workflows[host] = HostWorkflow(
+                    host=host, state=S.HEALTHY, entered=now, detected=now,
+                    servers=tuple(to_recover[host].servers))
+                self._transition(self._workflows[host], S.SUSPECT,
+                                 reason='; '.join(to_recover[host].reasons))
+        for host in sorted(self._workflows):
+            wf = self._workflows[host]
+            if wf.state in (S.SUSPECT, S.FENCE_FAILED) and wf.future is None:
+                if host not in to_recover:
+                    decision = plan.decision(host)
+                    why = ('; '.join(decision.reasons) if decision else
+                           'no longer listed by Nova')
+                    self._transition(wf, S.HEALTHY,
+                                     reason='no longer to recover: %s'
+                                     % (why or decision.decision.value))
+                    continue
+                wf.servers = tuple(to_recover[host].servers)
+            if wf.state is S.FENCE_FAILED:
+                self._emit(events.FENCE_PENDING, host, attempts=wf.attempts,
+                           retry_in=int(max(0, wf.retry_at -
+                                            self.env.clock.monotonic())),
+                           reason=wf.reason)
+
+    def _adopt(self, snapshot: model.Snapshot) -> None:
+        """Resume hosts whose Nova marker says a recovery is under way."""
+        for svc in sorted(snapshot.services, key=lambda s: s.host):
+            parsed = (states.parse_marker(svc.disabled_reason)
+                      if svc.disabled else None)
+            wf = self._workflows.get(svc.host)
+            if wf is not None:
+                if (wf.state in (S.FAILED, S.LEFT_DISABLED) and
+                        wf.future is None and
+                        (parsed is None or parsed[0] is not wf.state)):
+                    # An operator handed the host back: forget it.
+                    del self._workflows[svc.host]
+                continue
+            if parsed is None or parsed[0] not in RESUMABLE:
+                continue
+            state, when, note = parsed
+            fields = dict(part.split('=', 1) for part in note.split()
+                          if '=' in part)
+            wf = HostWorkflow(host=svc.host, state=state, entered=when,
+                              detected=when, resumed=True,
+                              servers=tuple(snapshot.servers_on(svc.host)),
+                              spare=fields.get('spare') or None,
+                              kdump=fields.get('kdump') == 'yes',
+                              since=when - MIGRATION_SLACK)
+            if 'fenced_at' in fields:
+                parsed_at = states.parse_marker(
+                    'instanceha:fenced %s' % fields['fenced_at'])
+                if parsed_at:
+                    wf.since = parsed_at[1] - MIGRATION_SLACK
+            if wf.spare:
+                self.drivers.reservation.adopt(svc.host, wf.spare)
+            self._workflows[svc.host] = wf
+            self._emit(events.HOST_RESUMED, svc.host, state=state.value)
+            if state is S.FAILED:
+                self._emit(events.HOST_FAILED_PENDING, svc.host,
+                           action=operator_action(svc.host))
+
+    # -- advancing workflows -------------------------------------------------
+
+    def _advance(self) -> None:
+        now = self.env.clock.monotonic()
+        busy = sum(1 for wf in self._workflows.values()
+                   if wf.state in BUSY_STATES)
+        for host in sorted(self._workflows):
+            wf = self._workflows.get(host)
+            if wf is None or wf.future is not None or now < wf.retry_at:
+                continue
+            if wf.state is S.SUSPECT:
+                if busy >= self.conf.workers:
+                    continue
+                busy += 1
+            self._step(wf)
+        for host in sorted(self._aftercare):
+            wf = self._aftercare[host]
+            if wf.future is None:
+                self._step_evacuation(wf, aftercare=True)
+
+    def _step(self, wf: HostWorkflow) -> None:
+        handler = {
+            S.SUSPECT: self._step_suspect,
+            S.FENCING: self._step_fencing,
+            S.FENCE_FAILED: self._step_fence_failed,
+            S.FENCED: self._step_fenced,
+            S.EVACUATING: self._step_evacuation,
+            S.EVACUATED: self._step_evacuated,
+            S.POWERING_ON: self._step_powering_on,
+            S.WAITING_UP: self._step_waiting_up,
+            S.ENABLING: self._step_enabling,
+        }.get(wf.state)
+        if handler is not None:
+            handler(wf)
+
+    def _step_suspect(self, wf: HostWorkflow) -> None:
+        self._transition(wf, S.FENCING)
+        self._step_fencing(wf)
+
+    def _step_fence_failed(self, wf: HostWorkflow) -> None:
+        self._transition(wf, S.FENCING, attempt=wf.attempts + 1)
+        self._step_fencing(wf)
+
+    def _step_fencing(self, wf: HostWorkflow) -> None:
+        clock = self.env.clock
+        if self._kdump_on() and wf.attempts == 0:
+            if wf.kdump_deadline is None:
+                timeout = self._kdump_opt('kdump_timeout', 30)
+                wf.kdump_deadline = clock.monotonic() + timeout
+                self._emit(events.KDUMP_WAIT, wf.host, timeout=timeout)
+            last = self.env.kdump.last_message(wf.host)
+            window = datetime.timedelta(seconds=self.conf.delta +
+                                        self.conf.poll)
+            if last is not None and last >= wf.detected - window:
+                self._fenced(wf, ports.FenceResult(
+                    host=wf.host, level=0, devices=(), kdump=True))
+                return
+            if clock.monotonic() < wf.kdump_deadline:
+                return
+        fencer = self.env.fencer
+        host = wf.host
+
+        def fence():
+            if not fencer.configured(host):
+                raise exceptions.FencingError(
+                    'host %s has no fencing configuration; it will not be '
+                    'evacuated (R9)' % host)
+            if not self.env.coordinator.is_leader():
+                raise exceptions.CoordinationError('not the leader')
+            return fencer.fence(host)
+
+        def done(result):
+            self._fenced(wf, result)
+
+        self._submit(wf, self._catching(fence, exceptions.FencingError),
+                     done)
+
+    @staticmethod
+    def _catching(fn: Callable, *errors) -> Callable:
+        """Wrap ``fn`` so that ``errors`` come back as results."""
+        def wrapped():
+            try:
+                return fn()
+            except errors as exc:
+                return exc
+        return wrapped
+
+    def _fenced(self, wf: HostWorkflow, result) -> None:
+        if isinstance(result, Exception):
+            wf.attempts += 1
+            wf.reason = str(result)
+            wait = self._backoff(wf.attempts)
+            self._transition(wf, S.FENCE_FAILED, reason=wf.reason,
+                             attempts=wf.attempts, retry_in=int(wait))
+            wf.retry_at = self.env.clock.monotonic() + wait
+            return
+        wf.kdump = bool(result.kdump)
+        wf.fence_level = result.level
+        details = {'kdump': True} if wf.kdump else {
+            'level': result.level, 'devices': tuple(result.devices)}
+        self._transition(wf, S.FENCED, **details)
+        self._step_fenced(wf)
+
+    def _note(self, wf: HostWorkflow) -> str:
+        """Marker note carrying what a restarted engine needs to resume."""
+        parts = []
+        if wf.since:
+            when = (wf.since + MIGRATION_SLACK).astimezone(
+                datetime.timezone.utc)
+            parts.append('fenced_at=%s' % when.strftime('%Y-%m-%dT%H:%M:%SZ'))
+        if wf.spare:
+            parts.append('spare=%s' % wf.spare)
+        if wf.kdump:
+            parts.append('kdump=yes')
+        return ' '.join(parts)
+
+    def _step_fenced(self, wf: HostWorkflow) -> None:
+        """Force down + disable with a marker (R10), then claim a spare."""
+        if not self.env.coordinator.is_leader():
+            return
+        snapshot = self.snapshot
+        reservation = self.drivers.reservation
+        if wf.since is None:
+            wf.since = self.env.clock.now() - MIGRATION_SLACK
+
+        def mark():
+            self._mark(wf.host, S.FENCED, self._note(wf), forced_down=True,
+                       status=model.DISABLED)
+            spare = wf.spare or reservation.reserve(self.env, wf.host,
+                                                    snapshot)
+            wf.spare = spare
+            self._mark(wf.host, S.EVACUATING, self._note(wf))
+            return spare
+
+        def done(spare):
+            if spare:
+                self._emit(events.SPARE_CLAIMED, wf.host, spare=spare)
+            self._transition(wf, S.EVACUATING, forced_down=True,
+                             spare=spare)
+
+        self._submit(wf, mark, done)
+
+    def _budget(self) -> int:
+        used = 0
+        for wf in self._all():
+            if wf.future is not None:
+                used += wf.budget + (wf.job.in_flight if wf.job else 0)
+            elif wf.job is not None:
+                used += wf.job.in_flight
+        return max(0, self.conf.evacuation.max_in_flight - used)
+
+    def _step_evacuation(self, wf: HostWorkflow,
+                         aftercare: bool = False) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        strategy = self.drivers.evacuation
+        if wf.job is None:
+            servers = list(wf.servers)
+            if wf.resumed and self.plan is not None:
+                decision = self.plan.decision(wf.host)
+                if decision is not None:
+                    servers = list(decision.servers)
+            wf.job = strategy.begin(
+                wf.host, servers,
+                target=self.drivers.reservation.evacuation_target(wf.spare),
+                since=wf.since)
+        budget = 0 if aftercare else self._budget()
+        wf.budget = budget
+        ctx = evac_base.StepContext(env=self.env, snapshot=self.snapshot,
+                                    budget=budget)
+        job = wf.job
+
+        def done(progress):
+            wf.progress = progress
+            if aftercare:
+                if progress.settled:
+                    self._aftercare.pop(wf.host, None)
+                return
+            if progress.complete:
+                self._evacuation_complete(wf, progress)
+
+        self._submit(wf, lambda: job.step(ctx), done)
+
+    def _evacuation_complete(self, wf: HostWorkflow,
+                             progress: evac_base.Progress) -> None:
+        strategy = self.drivers.evacuation
+        failed = dict(sorted(progress.failed.items()))
+        forgive = (self.conf.force_enable and not strategy.tracks)
+        give_up = bool(failed) and not forgive
+        reservation = self.drivers.reservation
+        snapshot = self.snapshot
+        spare = wf.spare
+        release = (spare is not None and spare not in progress.landed_on)
+        if give_up:
+            note = ('%d instance(s) not evacuated; fix them, then run '
+                    '"instanceha-manage hosts clear %s"; ids: %s' % (
+                        len(failed), wf.host, ','.join(failed)))
+        else:
+            note = self._note(wf)
+
+        def finish():
+            if release:
+                reservation.release(self.env, wf.host, spare, snapshot)
+            elif spare:
+                reservation.forget(spare)
+            if give_up:
+                self._mark(wf.host, S.FAILED, note[:200])
+            else:
+                self._mark(wf.host, S.EVACUATED, note)
+
+        def done(_):
+            if release:
+                self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
+            if not progress.settled:
+                self._aftercare[wf.host] = dataclasses.replace(
+                    wf, future=None, on_done=None)
+            wf.job = None
+            if give_up:
+                self._transition(wf, S.FAILED, failed=tuple(failed),
+                                 action=operator_action(wf.host))
+                for server_id, why in failed.items():
+                    LOG.error('host %s: instance %s not evacuated: %s',
+                              wf.host, server_id, why)
+            else:
+                self._transition(wf, S.EVACUATED,
+                                 evacuated=len(progress.succeeded),
+                                 failed=len(failed))
+
+        self._submit(wf, finish, done)
+
+    def _step_evacuated(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        if self.conf.leave_disabled:
+            self._submit(wf, lambda: self._mark(wf.host, S.LEFT_DISABLED,
+                                                self._note(wf)),
+                         lambda _: self._transition(wf, S.LEFT_DISABLED))
+            return
+        if wf.kdump:
+            # A crash-dumping host reboots by itself; never power-cycle it
+            # (the dump would be lost). Wait until it stops sending.
+            last = self.env.kdump.last_message(wf.host) if self.env.kdump \
+                else None
+            quiet = datetime.timedelta(
+                seconds=self._kdump_opt('message_timeout', 30))
+            if last is not None and self.env.clock.now() - last < quiet:
+                return
+            self._submit(wf, lambda: self._mark(
+                wf.host, S.WAITING_UP, self._note(wf), forced_down=False),
+                lambda _: self._transition(wf, S.WAITING_UP,
+                                           forced_down=False, kdump=True))
+            return
+        self._submit(wf, lambda: self._mark(wf.host, S.POWERING_ON,
+                                            self._note(wf)),
+                     lambda _: self._transition(wf, S.POWERING_ON))
+
+    def _step_powering_on(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        fencer = self.env.fencer
+
+        def power_on():
+            result = fencer.unfence(wf.host)
+            self._mark(wf.host, S.WAITING_UP, self._note(wf),
+                       forced_down=False)
+            return result
+
+        def done(result):
+            if isinstance(result, Exception):
+                wf.attempts += 1
+                wf.reason = str(result)
+                if wf.attempts > self.conf.power_on_retries:
+                    self._fail(wf, 'power on failed %d time(s): %s' % (
+                        wf.attempts, result))
+                    return
+                wf.retry_at = self.env.clock.monotonic() + self._backoff(
+                    wf.attempts)
+                self._emit(events.STEP_ERROR, wf.host,
+                           state=wf.state.value, reason=wf.reason)
+                return
+            self._transition(wf, S.WAITING_UP, forced_down=False,
+                             level=result.level)
+
+        self._submit(wf, self._catching(power_on, exceptions.FencingError),
+                     done)
+
+    def _fail(self, wf: HostWorkflow, why: str) -> None:
+        action = 'power %s on and check it, then run "instanceha-manage ' \
+                 'hosts clear %s"' % (wf.host, wf.host)
+        self._submit(wf, lambda: self._mark(wf.host, S.FAILED,
+                                            ('%s; %s' % (why, action))[:200]),
+                     lambda _: self._transition(wf, S.FAILED, reason=why,
+                                                action=action))
+
+    def _step_waiting_up(self, wf: HostWorkflow) -> None:
+        svc = self.snapshot.service(wf.host) if self.snapshot else None
+        if svc is None or svc.state != model.UP or svc.forced_down:
+            return
+        if not self.env.coordinator.is_leader():
+            return
+        self._transition(wf, S.ENABLING)
+        self._step_enabling(wf)
+
+    def _step_enabling(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+
+        def enable():
+            self.env.cloud.update_service(self._service(wf.host),
+                                          status=model.ENABLED,
+                                          forced_down=False)
+
+        self._submit(wf, enable, lambda _: self._transition(
+            wf, S.HEALTHY, enabled=True))
