@@ -13,8 +13,13 @@
 """Real peers on 127.0.0.1 for functional tests, as fixtures.
 
 See README.md in this directory. Importing this package does not import
-nova: the heavy parts run in helper subprocesses.
+nova or keystone: the heavy parts run in helper subprocesses.
 """
 
 from tests.functional.peers.base import PeerError  # noqa: F401
+from tests.functional.peers.ipmi_peer import IpmiBmcPeer  # noqa: F401
+from tests.functional.peers.keystone_peer import KeystonePeer  # noqa: F401
 from tests.functional.peers.nova_peer import NovaPeer  # noqa: F401
+from tests.functional.peers.redfish_peer import RedfishPeer  # noqa: F401
+from tests.functional.peers.tooz_backends import EtcdPeer  # noqa: F401
+from tests.functional.peers.tooz_backends import RedisPeer  # noqa: F401

@@ -25,11 +25,12 @@ import threading
 import time
 
 
-def make_wsgi_server(app, port=0, host='127.0.0.1'):
+def make_wsgi_server(app, port=0, host='127.0.0.1', tls=None):
     """A threaded wsgiref server bound on loopback (port 0 = pick one).
 
     Binding port 0 inside the helper and reporting the real port avoids
-    the race of choosing a "free" port in the parent.
+    the race of choosing a "free" port in the parent. tls: optional
+    (certfile, keyfile) to serve HTTPS.
     """
     import socketserver
     from wsgiref import simple_server
@@ -45,8 +46,35 @@ def make_wsgi_server(app, port=0, host='127.0.0.1'):
             sys.stdout.write('%s http %s\n' % (time.strftime('%H:%M:%S'),
                                                fmt % args))
 
-    return simple_server.make_server(host, port, app, server_class=Server,
-                                     handler_class=Handler)
+    if tls:
+        import ssl
+
+        class TLSServer(Server):
+            def get_request(self):
+                # Handshake in the request thread: a stalled client must
+                # not block accept() for everyone else.
+                sock, addr = self.socket.accept()
+                return ctx.wrap_socket(sock, server_side=True,
+                                       do_handshake_on_connect=False), addr
+
+            def process_request_thread(self, request, client_address):
+                try:
+                    request.settimeout(30)
+                    request.do_handshake()
+                except (OSError, ssl.SSLError):
+                    self.shutdown_request(request)
+                    return
+                super().process_request_thread(request, client_address)
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        Server = TLSServer  # noqa: N806
+    server = simple_server.make_server(host, port, app, server_class=Server,
+                                       handler_class=Handler)
+    if tls:
+        server.base_environ['HTTPS'] = 'on'
+        server.base_environ['wsgi.url_scheme'] = 'https'
+    return server
 
 
 def serve_in_thread(server, name):

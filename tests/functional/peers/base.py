@@ -100,6 +100,46 @@ def wait_until(predicate, timeout, interval=0.1, what='condition'):
         time.sleep(interval)
 
 
+def self_signed_cert(directory, name='peer'):
+    """Write a self-signed loopback certificate and key; return the paths.
+
+    For peers whose real clients only speak HTTPS (e.g. fence_redfish);
+    clients must not verify it (``--ssl-insecure``, ``verify=False``).
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives import serialization
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LOOPBACK)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+                critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path = os.path.join(directory, '%s-cert.pem' % name)
+    key_path = os.path.join(directory, '%s-key.pem' % name)
+    with open(cert_path, 'wb') as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'wb') as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return cert_path, key_path
+
+
 def helper_script(name):
     """Absolute path of a helper-process script shipped in this package."""
     return os.path.join(HERE, name)
@@ -275,3 +315,24 @@ class Peer(fixtures.Fixture):
         """Run one of this package's helper scripts with this interpreter."""
         argv = [sys.executable, helper_script(script)] + list(args)
         return self.spawn(name, argv, env=helper_env(self.tmpdir, extra_env))
+
+    def spawn_on_free_ports(self, name, make_argv, ready, nports=1,
+                            attempts=3, env=None):
+        """Start a binary that must be told its port(s), retrying races.
+
+        make_argv(ports) builds the command line for a list of free ports;
+        ready(ports) is the readiness probe. If the child dies before it is
+        ready (typically "address already in use": another worker took
+        the port), try again with new ports, up to `attempts` times.
+        Returns (PeerProcess, ports).
+        """
+        for attempt in range(1, attempts + 1):
+            ports = [free_port() for _ in range(nports)]
+            proc = self.spawn(name, make_argv(ports), env=env)
+            try:
+                proc.wait_ready(lambda: ready(ports), self.start_timeout)
+                return proc, ports
+            except PeerError:
+                if proc.running or attempt == attempts:
+                    raise
+                proc.stop()

@@ -1,0 +1,223 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Helper process: IPMI BMCs (pyghmi) for several hosts, on loopback.
+
+One UDP port per host, all served by pyghmi's single event loop, bound to
+``::ffff:127.0.0.1`` only. Each BMC keeps a power state; powering a host
+off/on can kill/revive its nova-compute through the nova helper's control
+API, as a real power cut would. A JSON control API (TCP) lets a test read
+power states and make a BMC misbehave:
+
+- ``ok``: a normal BMC;
+- ``stuck``: accepts power commands (completion code 0) but the power
+  state never changes (and nova is not touched);
+- ``error``: power commands fail with completion code 0xd5;
+- ``silent``: drops every packet, so sessions time out.
+
+Usage: python ipmi_bmc.py CONFIG.json   (written by IpmiBmcPeer)
+"""
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import urllib.request
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
+sys.path.append(_HERE)
+
+import _helper_common as common  # noqa: E402
+
+import pyghmi.ipmi.bmc as bmc  # noqa: E402
+
+MODES = ('ok', 'stuck', 'error', 'silent')
+#: IPMI completion code "command cannot execute in present state".
+CANNOT_EXECUTE = 0xd5
+
+
+def log(msg, *args):
+    sys.stdout.write('%s %s\n' % (time.strftime('%H:%M:%S'), msg % args))
+    sys.stdout.flush()
+
+
+class NovaHook(object):
+    """Kill/revive a host's nova-compute, in order, off the IPMI loop.
+
+    pyghmi serves all BMCs from one loop: a slow revive must not delay
+    the IPMI answers, so the calls go through a worker thread.
+    """
+
+    def __init__(self, control_url):
+        self.control_url = control_url.rstrip('/')
+        self.jobs = queue.Queue()
+        threading.Thread(target=self._run, daemon=True,
+                         name='nova-hook').start()
+
+    def submit(self, host, action):
+        self.jobs.put((host, action))
+
+    def _run(self):
+        while True:
+            host, action = self.jobs.get()
+            url = '%s/computes/%s/%s' % (self.control_url, host, action)
+            try:
+                req = urllib.request.Request(url, data=b'{}', method='POST')
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    log('nova %s %s: HTTP %s', action, host, resp.status)
+            except Exception as exc:  # noqa: BLE001 - logged, loop goes on
+                log('nova %s %s failed: %r', action, host, exc)
+
+
+class HostBmc(bmc.Bmc):
+    """The BMC of one host: a power state, a mode, an optional hook."""
+
+    def __init__(self, host, authdata, port, power, hook, lock):
+        super().__init__(authdata, port=port, address='::ffff:127.0.0.1')
+        # With port 0 the kernel chose: pyghmi routes by the real port.
+        self.port = self.serversocket.getsockname()[1]
+        self.host = host
+        self.power = power
+        self.mode = 'ok'
+        self.hook = hook
+        self.lock = lock
+        self.bootdevice = 'default'
+
+    # -- misbehaviour -----------------------------------------------------
+
+    def sessionless_data(self, data, sockaddr):
+        if self.mode == 'silent':
+            return None
+        return super().sessionless_data(data, sockaddr)
+
+    def handle_raw_request(self, request, session):
+        if self.mode == 'silent':
+            return None
+        return super().handle_raw_request(request, session)
+
+    # -- power ------------------------------------------------------------
+
+    def get_power_state(self):
+        with self.lock:
+            return self.power
+
+    def _set_power(self, state):
+        with self.lock:
+            mode = self.mode
+            if mode == 'error':
+                return CANNOT_EXECUTE
+            if mode == 'stuck':
+                log('%s: power %s accepted but ignored (stuck)',
+                    self.host, state)
+                return 0
+            changed = self.power != state
+            self.power = state
+        log('%s: power %s%s', self.host, state, '' if changed else
+            ' (already)')
+        if changed and self.hook:
+            self.hook.submit(self.host, 'kill' if state == 'off'
+                             else 'revive')
+        return 0
+
+    def power_off(self):
+        return self._set_power('off')
+
+    def power_shutdown(self):
+        return self._set_power('off')
+
+    def power_on(self):
+        return self._set_power('on')
+
+    def power_cycle(self):
+        rc = self._set_power('off')
+        return rc or self._set_power('on')
+
+    power_reset = power_cycle
+
+    def is_active(self):
+        return self.get_power_state() == 'on'
+
+    def get_boot_device(self):
+        return self.bootdevice
+
+    def set_boot_device(self, bootdevice):
+        self.bootdevice = bootdevice
+
+    def cold_reset(self):
+        # Unlike pyghmi's fakebmc, do not exit: the other hosts' BMCs
+        # live in this process.
+        return 0
+
+
+def control_app(bmcs, lock):
+    def describe():
+        return {h: {'port': b.port, 'power': b.power, 'mode': b.mode}
+                for h, b in bmcs.items()}
+
+    def get(parts, body):
+        with lock:
+            return 200, describe()
+
+    def set_mode(parts, body):
+        b = bmcs[parts[1]]
+        mode = body.get('mode')
+        if mode not in MODES:
+            return 400, {'error': 'mode must be one of %s' % (MODES,)}
+        with lock:
+            b.mode = mode
+        log('%s: mode %s', b.host, mode)
+        return 200, describe()[b.host]
+
+    def set_power(parts, body):
+        """Set the recorded power state without touching nova."""
+        b = bmcs[parts[1]]
+        state = body.get('power')
+        if state not in ('on', 'off'):
+            return 400, {'error': 'power must be on or off'}
+        with lock:
+            b.power = state
+        return 200, describe()[b.host]
+
+    return common.json_app({
+        ('GET', ('bmcs',)): get,
+        ('POST', ('bmcs', '*', 'mode')): set_mode,
+        ('POST', ('bmcs', '*', 'power')): set_power,
+    })
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    hook = NovaHook(cfg['nova_control']) if cfg.get('nova_control') else None
+    lock = threading.RLock()
+    authdata = {cfg['username']: cfg['password']}
+    bmcs = {}
+    for host, spec in cfg['hosts'].items():
+        bmcs[host] = HostBmc(host, authdata, spec.get('port', 0),
+                             spec.get('power', 'on'), hook, lock)
+        bmcs[host].mode = spec.get('mode', 'ok')
+    control = common.make_wsgi_server(control_app(bmcs, lock))
+    common.serve_in_thread(control, 'bmc-control')
+    threading.Thread(target=common.run_until_orphaned, daemon=True,
+                     args=(cfg['max_lifetime'],)).start()
+    common.write_ready(cfg['ready_file'], {
+        'control_port': control.server_port, 'pid': os.getpid(),
+        'ports': {h: b.port for h, b in bmcs.items()}})
+    log('BMCs ready: %s', {h: b.port for h, b in bmcs.items()})
+    bmc.Bmc.listen(timeout=1)
+
+
+if __name__ == '__main__':
+    main()

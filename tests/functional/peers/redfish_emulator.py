@@ -1,0 +1,134 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Helper process: sushy-tools' Redfish emulator (fake driver) on loopback.
+
+Runs the real ``sushy-emulator`` Flask application, configured from a
+sushy config file (``SUSHY_EMULATOR_FAKE_DRIVER = True``, one fake system
+per host, optional htpasswd auth file), on a port bound here (port 0, so
+no race with other test workers) with a threaded wsgiref server.
+
+Extras over the stock ``sushy-emulator`` command, all optional:
+
+- the fake driver applies a power change 1-11 s (random) after the
+  request, and only when the state is next read: a poller here reads
+  every system twice a second so changes land on time;
+- ``power_delay`` [lo, hi] replaces the 1-11 s range;
+- when a power change lands, the nova helper's control API kills (off)
+  or revives (on) that host's nova-compute.
+
+Usage: python redfish_emulator.py CONFIG.json   (written by RedfishPeer)
+"""
+
+import json
+import os
+import queue
+import random
+import sys
+import threading
+import time
+import urllib.request
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
+sys.path.append(_HERE)
+
+import _helper_common as common  # noqa: E402
+
+
+def log(msg, *args):
+    sys.stdout.write('%s %s\n' % (time.strftime('%H:%M:%S'), msg % args))
+    sys.stdout.flush()
+
+
+def nova_hook_worker(control_url, jobs):
+    """Kill/revive nova computes in order, off the request threads."""
+    while True:
+        host, action = jobs.get()
+        url = '%s/computes/%s/%s' % (control_url.rstrip('/'), host, action)
+        try:
+            req = urllib.request.Request(url, data=b'{}', method='POST')
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                log('nova %s %s: HTTP %s', action, host, resp.status)
+        except Exception as exc:  # noqa: BLE001 - logged, loop goes on
+            log('nova %s %s failed: %r', action, host, exc)
+
+
+def patch_fake_driver(fakedriver, cfg):
+    """Delay override and power-change hook on sushy's FakeDriver."""
+    delay = cfg.get('power_delay')
+    if delay:
+        lo, hi = delay
+
+        class Delay(object):
+            @staticmethod
+            def randint(a, b):
+                return random.randint(lo, hi)
+
+        fakedriver.random = Delay
+
+    if not cfg.get('nova_control'):
+        return
+    jobs = queue.Queue()
+    threading.Thread(target=nova_hook_worker, daemon=True, name='nova-hook',
+                     args=(cfg['nova_control'], jobs)).start()
+    original = fakedriver.FakeDriver._update
+
+    def _update(self, system, **changes):
+        if isinstance(system, str):
+            system = self._get(system)
+        before = system.get('power_state')
+        original(self, system, **changes)
+        after = changes.get('power_state', before)
+        if after != before and after in ('On', 'Off'):
+            log('%s: power %s', system['name'], after)
+            jobs.put((system['name'],
+                      'kill' if after == 'Off' else 'revive'))
+
+    fakedriver.FakeDriver._update = _update
+
+
+def poll_power(app, interval=0.5):
+    """Read every system's power so pending changes land on time."""
+    while True:
+        time.sleep(interval)
+        try:
+            with app.app_context():
+                systems = app.systems
+                for uuid in systems.systems:
+                    systems.get_power_state(uuid)
+        except Exception as exc:  # noqa: BLE001 - keep polling
+            log('power poll failed: %r', exc)
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    os.environ['SUSHY_EMULATOR_CONFIG'] = cfg['sushy_config']
+    from sushy_tools.emulator import main as emulator
+    from sushy_tools.emulator.resources.systems import fakedriver
+
+    patch_fake_driver(fakedriver, cfg)
+    app = emulator.app  # configured from SUSHY_EMULATOR_CONFIG
+    server = common.make_wsgi_server(app, port=cfg.get('port', 0),
+                                     tls=cfg.get('tls'))
+    common.serve_in_thread(server, 'redfish')
+    threading.Thread(target=poll_power, args=(app,), daemon=True,
+                     name='power-poll').start()
+    common.write_ready(cfg['ready_file'], {'port': server.server_port,
+                                           'pid': os.getpid()})
+    log('redfish emulator ready on port %d', server.server_port)
+    common.run_until_orphaned(cfg['max_lifetime'])
+
+
+if __name__ == '__main__':
+    main()
