@@ -29,6 +29,7 @@ PROG = 'instanceha-manage'
 
 COMMAND_MODULES = [
     'instanceha.cmd.manage_config',
+    'instanceha.cmd.manage_plan',
 ]
 
 
@@ -37,7 +38,29 @@ def _add_parsers(subparsers) -> None:
         importlib.import_module(name).add_parsers(subparsers)
 
 
+#: Options of the program itself that operators also type after the
+#: command ("instanceha-manage plan --config-file F"); argparse only
+#: accepts them before it, so they are moved there.
+_GLOBAL_OPTS = ('--config-file', '--config-dir')
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """Move --config-file/--config-dir (and their values) to the front."""
+    front: list[str] = []
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_OPTS:
+            front += [arg, next(args, '')]
+        elif arg.split('=', 1)[0] in _GLOBAL_OPTS:
+            front.append(arg)
+        else:
+            rest.append(arg)
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = hoist_global_options(sys.argv[1:] if argv is None else argv)
     conf = cfg.CONF
     conf.register_cli_opt(cfg.SubCommandOpt(
         'command', title='commands', handler=_add_parsers,

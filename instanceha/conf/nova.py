@@ -20,14 +20,24 @@ from oslo_config import cfg
 
 GROUP = 'nova'
 
-OPTS: list[cfg.Opt] = []
+OPTS: list[cfg.Opt] = [
+    cfg.IntOpt('page_size', default=1000, min=1, max=10000,
+               help='Servers, images and migrations are listed in pages of '
+                    'this many entries (Nova caps a page at its own '
+                    '[api] max_limit, 1000 by default). The number of calls '
+                    'per cycle grows with the number of servers divided by '
+                    'this, never with the number of hosts.'),
+]
 
-_DEFAULTS = {'service_type': 'compute', 'valid_interfaces': ['internal',
-                                                             'public']}
+#: keystoneauth's defaults we change: a request must never hang a cycle.
+_DEFAULTS = {'service_type': 'compute',
+             'valid_interfaces': ['internal', 'public'],
+             'timeout': 60}
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_group(cfg.OptGroup(GROUP, title='Nova access'))
+    conf.register_opts(OPTS, group=GROUP)
     ks_loading.register_session_conf_options(conf, GROUP)
     ks_loading.register_auth_conf_options(conf, GROUP)
     ks_loading.register_adapter_conf_options(conf, GROUP)
@@ -41,7 +51,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
             + ks_loading.get_auth_plugin_conf_options('password')
             + ks_loading.get_adapter_conf_options(include_deprecated=False))
     seen: dict[str, cfg.Opt] = {}
-    for opt in opts:
+    for opt in OPTS + opts:
         if opt.dest in _DEFAULTS:
             opt.default = _DEFAULTS[opt.dest]
         seen.setdefault(opt.dest, opt)

@@ -1,0 +1,471 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The production cloud port: Nova's REST API through keystoneauth.
+
+This is the only module that imports keystoneauth1 (or would import
+novaclient: the calls are few and plain, so a keystoneauth Adapter is used
+directly, which gives exact control over pagination, microversions,
+request ids and call counting).
+
+* One keystoneauth session for the life of the object, built from the
+  ``[nova]`` options (any auth plugin, TLS, region, interface, timeout).
+  A 401 makes keystoneauth invalidate the token, re-authenticate and
+  retry once, so token expiry or revocation does not break the service.
+* Compute API microversion pinned to 2.94: up to 2.94 an evacuated server
+  keeps its power state; from 2.95 it always ends SHUTOFF.
+* A snapshot costs a fixed number of calls, whatever the number of hosts:
+  services (1), servers (1 per ``page_size`` servers), aggregates (1),
+  images (1 per page, only when asked), evacuation records (1 per page,
+  only when asked). Flavor extra specs come embedded in each server
+  (2.47+), never one call per flavor.
+* Image tags and properties: Glance v2 (tags and properties) when the
+  catalog has an image endpoint, else Nova's deprecated image proxy at
+  microversion 2.35 (properties only: the proxy does not return tags).
+  Nova's functional-test stack has no Glance endpoint, only an in-process
+  fake behind that proxy, so the functional tests use the proxy.
+* Every failure is a :class:`~instanceha.exceptions.CloudError` naming the
+  call and carrying Nova's request id; no credential is ever in a message.
+"""
+
+import datetime
+import logging
+import threading
+from urllib import parse
+
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1.identity import base as ks_identity
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+#: See the module docstring and TEAM.md: evacuations keep power state.
+MICROVERSION = '2.94'
+#: Last microversion with Nova's image proxy (removed in 2.36).
+IMAGE_PROXY_MICROVERSION = '2.35'
+
+_REQUEST_ID_HEADERS = ('x-openstack-request-id', 'x-compute-request-id')
+
+#: Glance v2 image keys that are not user properties.
+_GLANCE_CORE = frozenset({
+    'id', 'name', 'status', 'visibility', 'protected', 'checksum',
+    'os_hash_algo', 'os_hash_value', 'owner', 'size', 'virtual_size',
+    'min_ram', 'min_disk', 'created_at', 'updated_at', 'tags', 'self',
+    'file', 'schema', 'disk_format', 'container_format', 'locations',
+    'direct_url', 'os_hidden', 'stores'})
+
+
+def parse_time(text) -> datetime.datetime | None:
+    """Nova's time stamps (naive UTC, maybe with Z/offset) -> aware UTC."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def _iso(when: datetime.datetime) -> str:
+    return when.astimezone(datetime.timezone.utc).strftime(
+        '%Y-%m-%dT%H:%M:%SZ')
+
+
+def _service(raw: dict) -> model.Service:
+    raw_ts = raw.get('updated_at')
+    return model.Service(
+        id=str(raw['id']), host=raw['host'], state=raw.get('state') or '',
+        status=raw.get('status') or '',
+        forced_down=bool(raw.get('forced_down')),
+        updated_at=parse_time(raw_ts),
+        updated_at_raw=None if raw_ts is None else str(raw_ts),
+        disabled_reason=raw.get('disabled_reason'),
+        zone=raw.get('zone'))
+
+
+def _server(raw: dict) -> model.Server:
+    flavor = raw.get('flavor') or {}
+    image = raw.get('image')
+    return model.Server(
+        id=raw['id'], name=raw.get('name') or '',
+        host=raw.get('OS-EXT-SRV-ATTR:host'),
+        status=raw.get('status') or '',
+        flavor=model.Flavor(
+            name=flavor.get('original_name') or flavor.get('id') or '',
+            extra_specs=dict(flavor.get('extra_specs') or {})),
+        image_id=image.get('id') if isinstance(image, dict) else None,
+        task_state=raw.get('OS-EXT-STS:task_state'),
+        metadata=dict(raw.get('metadata') or {}),
+        locked=bool(raw.get('locked')),
+        project_id=raw.get('tenant_id'))
+
+
+def _aggregate(raw: dict) -> model.Aggregate:
+    return model.Aggregate(
+        id=str(raw['id']), name=raw.get('name') or '',
+        hosts=frozenset(raw.get('hosts') or ()),
+        metadata=dict(raw.get('metadata') or {}),
+        availability_zone=raw.get('availability_zone'))
+
+
+def _migration(raw: dict) -> model.Migration:
+    return model.Migration(
+        id=str(raw.get('uuid') or raw['id']),
+        server_id=raw.get('instance_uuid'),
+        source_host=raw.get('source_compute'),
+        dest_host=raw.get('dest_compute'),
+        status=raw.get('status') or '',
+        migration_type=raw.get('migration_type') or '',
+        created_at=parse_time(raw.get('created_at')),
+        updated_at=parse_time(raw.get('updated_at')))
+
+
+def _glance_image(raw: dict) -> model.Image:
+    props = {k: v for k, v in raw.items()
+             if k not in _GLANCE_CORE and isinstance(v, str)}
+    return model.Image(id=raw['id'], name=raw.get('name') or '',
+                       tags=tuple(raw.get('tags') or ()), properties=props)
+
+
+def _proxy_image(raw: dict) -> model.Image:
+    props = {k: str(v) for k, v in (raw.get('metadata') or {}).items()}
+    return model.Image(id=raw['id'], name=raw.get('name') or '',
+                       properties=props)
+
+
+def _request_id(resp) -> str | None:
+    if resp is None:
+        return None
+    for header in _REQUEST_ID_HEADERS:
+        if resp.headers.get(header):
+            return resp.headers[header]
+    return None
+
+
+def _fault(resp) -> str:
+    """Nova's error text from a response body, short."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return (resp.text or '').strip()[:200]
+    if isinstance(body, dict) and len(body) == 1:
+        inner = next(iter(body.values()))
+        if isinstance(inner, dict) and 'message' in inner:
+            return str(inner['message'])[:300]
+    return str(body)[:300]
+
+
+class NovaCloud(ports.CloudPort):
+    """:class:`ports.CloudPort` on a real Nova."""
+
+    def __init__(self, conf: cfg.ConfigOpts):
+        self.conf = conf
+        self.api_calls = 0
+        self._lock = threading.Lock()
+        group = conf.nova
+        try:
+            self._auth = ks_loading.load_auth_from_conf_options(conf,
+                                                                'nova')
+        except ks_exc.MissingRequiredOptions as exc:
+            names = ', '.join(o.dest for o in exc.options)
+            raise exceptions.ConfigurationError(
+                '[nova] is missing auth option(s) %s for auth_type %s'
+                % (names, group.auth_type)) from None
+        except ks_exc.NoMatchingPlugin as exc:
+            raise exceptions.ConfigurationError(
+                'invalid value for option [nova] auth_type: %s' % exc
+            ) from None
+        if self._auth is None:
+            raise exceptions.ConfigurationError(
+                'option [nova] auth_type is not set: instanceha needs '
+                'credentials to reach Nova (e.g. auth_type = password)')
+        self.session = ks_loading.load_session_from_conf_options(
+            conf, 'nova', auth=self._auth)
+        try:
+            self.compute = ks_loading.load_adapter_from_conf_options(
+                conf, 'nova', session=self.session, auth=self._auth,
+                default_microversion=MICROVERSION)
+        except TypeError as exc:
+            raise exceptions.ConfigurationError(
+                'invalid [nova] adapter options: %s' % exc) from None
+        self._image_source: str | None = None
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _where(self) -> str:
+        """Where we tried to go, for error messages (never a secret)."""
+        group = self.conf.nova
+        bits = []
+        auth_url = getattr(group, 'auth_url', None)
+        if auth_url:
+            bits.append('auth_url %s' % auth_url)
+        user = getattr(group, 'username', None)
+        if user:
+            bits.append('user %s' % user)
+        if group.endpoint_override:
+            bits.append('endpoint %s' % group.endpoint_override)
+        if group.region_name:
+            bits.append('region %s' % group.region_name)
+        return ', '.join(bits)
+
+    def _call(self, what: str, method: str, url: str, *,
+              adapter=None, ok=(200, 202, 204), **kwargs):
+        """One counted request; returns the response or raises CloudError."""
+        adapter = adapter or self.compute
+        with self._lock:
+            self.api_calls += 1
+        try:
+            resp = adapter.request(url, method, raise_exc=False, **kwargs)
+        except ks_exc.Unauthorized as exc:
+            raise exceptions.CloudError(
+                '%s: keystone refused the credentials of [nova] (%s): %s'
+                % (what, self._where(), exc), status=401) from None
+        except ks_exc.EndpointNotFound:
+            raise exceptions.CloudError(
+                '%s: no %s endpoint in the catalog for [nova] region_name '
+                '%s and valid_interfaces %s' % (
+                    what, getattr(adapter, 'service_type', '?'),
+                    self.conf.nova.region_name,
+                    ','.join(self.conf.nova.valid_interfaces or []))
+            ) from None
+        except ks_exc.ConnectFailure as exc:
+            raise exceptions.CloudError(
+                '%s: cannot connect (%s): %s'
+                % (what, self._where(), type(exc).__name__)) from None
+        except ks_exc.ConnectionError as exc:
+            raise exceptions.CloudError(
+                '%s: connection failed (%s): %s: %s'
+                % (what, self._where(), type(exc).__name__, exc)) from None
+        except ks_exc.ClientException as exc:
+            raise exceptions.CloudError(
+                '%s failed (%s): %s: %s' % (what, self._where(),
+                                            type(exc).__name__, exc)
+            ) from None
+        if resp.status_code not in ok:
+            rid = _request_id(resp)
+            hint = ''
+            if resp.status_code == 401:
+                hint = ' (token refused even after re-authenticating)'
+            elif resp.status_code == 403:
+                hint = (' (the [nova] user needs the admin role for '
+                        'this call)')
+            raise exceptions.CloudError(
+                '%s: HTTP %d from Nova: %s%s' % (
+                    what, resp.status_code, _fault(resp), hint),
+                request_id=rid, status=resp.status_code)
+        return resp
+
+    def _json(self, what, method, url, **kwargs) -> dict:
+        resp = self._call(what, method, url, **kwargs)
+        try:
+            return resp.json() if resp.content else {}
+        except ValueError:
+            raise exceptions.CloudError(
+                '%s: Nova answered HTTP %d with a body that is not JSON'
+                % (what, resp.status_code),
+                request_id=_request_id(resp)) from None
+
+    def _pages(self, what: str, url: str, key: str, links_key: str,
+               params: dict, **kwargs) -> list[dict]:
+        """Every item of a paginated listing, following the next links."""
+        items: list[dict] = []
+        params = dict(params, limit=self.conf.nova.page_size)
+        seen_markers = set()
+        while True:
+            body = self._json(what, 'GET', url, params=params, **kwargs)
+            page = body.get(key) or []
+            items.extend(page)
+            nxt = None
+            for link in body.get(links_key) or []:
+                if link.get('rel') == 'next':
+                    nxt = link.get('href')
+            if isinstance(body.get('next'), str):  # glance
+                nxt = body['next']
+            if not nxt or not page:
+                return items
+            query = dict(parse.parse_qsl(parse.urlsplit(nxt).query))
+            marker = query.get('marker')
+            if not marker or marker in seen_markers:
+                return items
+            seen_markers.add(marker)
+            params = dict(query, limit=self.conf.nova.page_size)
+
+    def _action(self, what: str, server_id: str, body: dict) -> None:
+        self._call(what, 'POST', '/servers/%s/action' % server_id,
+                   json=body)
+
+    # -- snapshot ---------------------------------------------------------
+
+    def list_services(self) -> tuple[model.Service, ...]:
+        body = self._json('list nova-compute services', 'GET',
+                          '/os-services', params={'binary': 'nova-compute'})
+        return tuple(_service(s) for s in body.get('services') or ())
+
+    def list_servers(self) -> tuple[model.Server, ...]:
+        raw = self._pages('list servers', '/servers/detail', 'servers',
+                          'servers_links', {'all_tenants': 1})
+        return tuple(_server(s) for s in raw)
+
+    def list_aggregates(self) -> tuple[model.Aggregate, ...]:
+        body = self._json('list aggregates', 'GET', '/os-aggregates')
+        return tuple(_aggregate(a) for a in body.get('aggregates') or ())
+
+    def image_source(self) -> str:
+        """'glance' or 'nova', per ``[tagging] image_source``."""
+        if self._image_source:
+            return self._image_source
+        wanted = self.conf.tagging.image_source
+        if wanted == 'auto':
+            wanted = 'nova'
+            if isinstance(self._auth, ks_identity.BaseIdentityPlugin):
+                try:
+                    if self._glance_endpoint():
+                        wanted = 'glance'
+                except (ks_exc.EndpointNotFound, ks_exc.ClientException):
+                    pass
+        self._image_source = wanted
+        return wanted
+
+    def _glance_endpoint(self) -> str | None:
+        return self.session.get_endpoint(
+            self._auth, service_type='image',
+            interface=self.conf.nova.valid_interfaces,
+            region_name=self.conf.nova.region_name)
+
+    def list_images(self) -> dict[str, model.Image]:
+        if self.image_source() == 'glance':
+            try:
+                base = self._glance_endpoint()
+            except ks_exc.EndpointNotFound:
+                base = None
+            if not base:
+                raise exceptions.CloudError(
+                    'list images: [tagging] image_source = glance but the '
+                    'catalog has no image endpoint for [nova] region_name '
+                    '%s' % self.conf.nova.region_name)
+            root = base.rstrip('/')
+            if root.endswith('/v2'):
+                root = root[:-3]
+            raw = self._pages_absolute('list images (glance)', root,
+                                       '/v2/images')
+            return {i['id']: _glance_image(i) for i in raw}
+        raw = self._pages(
+            'list images (nova image proxy)', '/images/detail', 'images',
+            'images_links', {}, microversion=IMAGE_PROXY_MICROVERSION)
+        return {i['id']: _proxy_image(i) for i in raw}
+
+    def _pages_absolute(self, what: str, root: str, path: str
+                        ) -> list[dict]:
+        items: list[dict] = []
+        url = '%s%s?%s' % (root, path, parse.urlencode(
+            {'limit': self.conf.nova.page_size}))
+        seen = set()
+        while url and url not in seen:
+            seen.add(url)
+            body = self._json(what, 'GET', url, adapter=self.session)
+            page = body.get('images') or []
+            items.extend(page)
+            nxt = body.get('next')
+            url = root + nxt if nxt and page else None
+        return items
+
+    def snapshot(self, *, images: bool = False,
+                 migrations_since: datetime.datetime | None = None
+                 ) -> model.Snapshot:
+        taken_at = datetime.datetime.now(datetime.timezone.utc)
+        services = self.list_services()
+        servers = self.list_servers()
+        aggregates = self.list_aggregates()
+        image_map = self.list_images() if images else {}
+        migrations = (tuple(self.migrations(since=migrations_since))
+                      if migrations_since is not None else ())
+        return model.Snapshot(taken_at=taken_at, services=services,
+                              servers=servers, aggregates=aggregates,
+                              images=image_map, migrations=migrations)
+
+    # -- single calls -----------------------------------------------------
+
+    def update_service(self, service: model.Service, *,
+                       status: str | None = None,
+                       disabled_reason: str | None = None,
+                       forced_down: bool | None = None) -> model.Service:
+        body: dict = {}
+        if status is not None:
+            body['status'] = status
+        if disabled_reason is not None:
+            body['disabled_reason'] = disabled_reason
+        if forced_down is not None:
+            body['forced_down'] = forced_down
+        if not body:
+            return service
+        data = self._json('update nova-compute service on %s' % service.host,
+                          'PUT', '/os-services/%s' % service.id, json=body)
+        return _service(data['service'])
+
+    def evacuate(self, server_id: str, *, host: str | None = None) -> None:
+        args = {'host': host} if host else {}
+        self._action('evacuate server %s' % server_id, server_id,
+                     {'evacuate': args})
+
+    def get_server(self, server_id: str) -> model.Server:
+        body = self._json('get server %s' % server_id, 'GET',
+                          '/servers/%s' % server_id)
+        return _server(body['server'])
+
+    def migrations(self, *, server_id: str | None = None,
+                   source_host: str | None = None,
+                   since: datetime.datetime | None = None
+                   ) -> list[model.Migration]:
+        params: dict = {'migration_type': 'evacuation'}
+        if server_id:
+            params['instance_uuid'] = server_id
+        if source_host:
+            params['source_compute'] = source_host
+        if since is not None:
+            params['changes-since'] = _iso(since)
+        raw = self._pages('list evacuation records', '/os-migrations',
+                          'migrations', 'migrations_links', params)
+        result = [_migration(m) for m in raw]
+        epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+        result.sort(key=lambda m: m.created_at or epoch, reverse=True)
+        return result
+
+    def set_server_lock(self, server_id: str, locked: bool,
+                        reason: str | None = None) -> None:
+        if locked:
+            body = {'lock': {'locked_reason': reason} if reason else None}
+        else:
+            body = {'unlock': None}
+        self._action('%s server %s' % ('lock' if locked else 'unlock',
+                                       server_id), server_id, body)
+
+    def stop_server(self, server_id: str) -> None:
+        self._action('stop server %s' % server_id, server_id,
+                     {'os-stop': None})
+
+    def reset_server_state(self, server_id: str, state: str) -> None:
+        if state not in ('error', 'active'):
+            raise ValueError('reset state must be error or active, not %r'
+                             % state)
+        self._action('reset state of server %s to %s' % (server_id, state),
+                     server_id, {'os-resetState': {'state': state}})
+
+    def check(self) -> None:
+        """Authenticate and reach Nova once (for start-up and the CLI)."""
+        self.list_services()

@@ -1,0 +1,90 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""instanceha-manage plan: one dry-run cycle against the real cloud.
+
+Reads Nova once, runs the configured detectors, filters and gates, and
+prints what the service would do, without acting. Exit 0 when the cloud
+could be read, 1 (with one line naming what failed) when it could not,
+2 for a configuration error.
+"""
+
+import json
+import sys
+
+from oslo_config import cfg
+
+from instanceha.conf import filters as filters_conf
+from instanceha.engine import plan as plan_mod
+from instanceha.plugins import loader
+
+
+def load_deciders(conf: cfg.ConfigOpts) -> loader.Drivers:
+    """Detectors, filters and gates only: a dry run never acts."""
+    return loader.Drivers(
+        detectors=loader.load('instanceha.detectors',
+                              conf.detection.detectors,
+                              '[detection] detectors', conf),
+        filters=loader.load('instanceha.filters', filters_conf.names(conf),
+                            '[filters] enabled', conf),
+        gates=loader.load('instanceha.gates', conf.gates.enabled,
+                          '[gates] enabled', conf),
+        reservation=None, evacuation=None)
+
+
+def format_table(plan: plan_mod.Plan) -> str:
+    rows = [('HOST', 'DECISION', 'INSTANCES', 'REASONS')]
+    for d in plan.decisions:
+        decision = d.decision.value
+        if d.recovery_state is not None:
+            decision += ' (%s)' % d.recovery_state.value
+        count = (str(len(d.servers)) if d.decision in (
+            plan_mod.Decision.RECOVER, plan_mod.Decision.BLOCKED,
+            plan_mod.Decision.RECOVERING) else '-')
+        rows.append((d.host, decision, count, '; '.join(d.reasons)))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ['  '.join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
+                        r[2].rjust(widths[2]), r[3]]).rstrip()
+             for r in rows]
+    lines.append('')
+    lines.append('snapshot taken at %s' % plan.taken_at.isoformat())
+    lines.extend('plan blocked by %s' % why for why in plan.blocked_by)
+    return '\n'.join(lines)
+
+
+def _plan(conf: cfg.ConfigOpts) -> int:
+    from instanceha.cloud import nova
+    from instanceha.engine import decide
+
+    drivers = load_deciders(conf)
+    cloud = nova.NovaCloud(conf)
+    snapshot = cloud.snapshot(**decide.snapshot_needs(drivers))
+    plan = decide.make_plan(snapshot, drivers, conf, snapshot.taken_at)
+    if conf.command.format == 'json':
+        json.dump(plan.as_dicts(), sys.stdout, indent=2)
+        sys.stdout.write('\n')
+    else:
+        print(format_table(plan))
+        print('%d Nova API call(s)' % cloud.api_calls)
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    parser = subparsers.add_parser(
+        'plan', help='read the cloud once and print what would be done, '
+                     'without doing it')
+    parser.add_argument('--format', choices=('table', 'json'),
+                        default='table',
+                        help='table for people (default), json (a list of '
+                             '{host, decision, reasons, servers, '
+                             'recovery_state}) for machines')
+    parser.set_defaults(func=_plan)
