@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 import dataclasses
 import enum
 import logging
+import re
 import time
 from typing import Any
 
@@ -169,8 +170,8 @@ class Param:
 
 #: Parameters every device accepts; the chain (topology) reads them.
 COMMON_PARAMS: dict[str, Param] = {
-    'driver': Param('Fencing driver name (entry point in instanceha.fencing)',
-                    required=True),
+    'driver': Param('Fencing driver name (entry point in '
+                    'instanceha.fencing); required'),
     'name': Param('Label of this device in logs and results (default: the '
                   'template name or the driver name)'),
     'template': Param('Name of an entry in the top-level "devices" section '
@@ -232,9 +233,13 @@ class FencingDriver(base.Driver):
                          if p.secret and self.params.get(k)]
 
     def _fail(self, message: str) -> None:
-        raise exceptions.ConfigurationError(
+        message = self.redact(message)
+        exc = exceptions.ConfigurationError(
             'fencing host %s device %s: %s' % (self.host, self.device,
-                                               self.redact(message)))
+                                               message))
+        # The fencing file loader puts the file and level in front.
+        exc.detail = message
+        raise exc
 
     def validate(self) -> None:
         """Check and convert parameters; apply defaults.
@@ -248,7 +253,7 @@ class FencingDriver(base.Driver):
                 self._fail('unknown parameter %r for driver %s; known: %s'
                            % (key, self.name, ', '.join(
                                sorted(self.PARAMS)) or '(none)'))
-        for key, param in self.PARAMS.items():
+        for key, param in [*COMMON_PARAMS.items(), *self.PARAMS.items()]:
             value = self.params.get(key)
             if value is None or value == '':
                 if param.required:
@@ -271,10 +276,17 @@ class FencingDriver(base.Driver):
     # -- helpers for subclasses ------------------------------------------
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret of this device replaced by ***."""
+        """``text`` with every secret of this device replaced by ***.
+
+        A short secret is replaced only where it stands alone, so that a
+        (weak) password "admin" does not mangle every word containing it.
+        """
         for secret in self._secrets:
-            if secret:
+            if len(secret) >= 8:
                 text = text.replace(secret, '***')
+            elif secret:
+                text = re.sub(r'(?<![A-Za-z0-9])%s(?![A-Za-z0-9])'
+                              % re.escape(secret), '***', text)
         return text
 
     def describe_target(self) -> str:

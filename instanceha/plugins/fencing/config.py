@@ -223,7 +223,10 @@ class _Builder:
         self._secret_files(where, cls, params)
         drv = cls(self.conf, host, params, device=unique)
         drv.name = str(driver)
-        drv.validate()
+        try:
+            drv.validate()
+        except exceptions.ConfigurationError as exc:
+            self.fail(where, getattr(exc, 'detail', str(exc)))
         return drv
 
     def _secret_files(self, where: str, cls: type,
