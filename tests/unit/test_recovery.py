@@ -1,0 +1,497 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The recovery workflow on a small in-memory cloud (see the fakes)."""
+
+import testtools
+
+from instanceha.engine import events
+from instanceha.engine import states
+from instanceha.engine.states import HostState as S
+from tests.unit import test_recovery_fakes as fakes
+
+
+def marker_state(rig, host):
+    parsed = states.parse_marker(rig.cloud.services[host].disabled_reason)
+    return parsed[0] if parsed else None
+
+
+class TestHappyPath(testtools.TestCase):
+
+    def test_fenced_evacuated_powered_on_enabled(self):
+        rig = fakes.Rig()
+        a, b = rig.cloud.boot('host1', 2)
+        off, = rig.cloud.boot('host1', 1, status='SHUTOFF')
+        err, = rig.cloud.boot('host1', 1, status='ERROR')
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(30)
+        self.assertEqual(
+            [('healthy', 'suspect'), ('suspect', 'fencing'),
+             ('fencing', 'fenced'), ('fenced', 'evacuating'),
+             ('evacuating', 'evacuated'), ('evacuated', 'powering_on'),
+             ('powering_on', 'waiting_up'), ('waiting_up', 'enabling'),
+             ('enabling', 'healthy')], rig.transitions('host1'))
+        for sid in (a, b, off, err):
+            self.assertNotEqual('host1', rig.cloud.servers[sid].host)
+            self.assertEqual(1, len(rig.cloud.evacuations(sid)))
+            self.assertFalse(rig.cloud.servers[sid].locked)
+        self.assertEqual('SHUTOFF', rig.cloud.servers[off].status)
+        self.assertEqual('ERROR', rig.cloud.servers[err].status)
+        self.assertEqual('ACTIVE', rig.cloud.servers[a].status)
+        svc = rig.cloud.services['host1']
+        self.assertEqual('enabled', svc.status)
+        self.assertFalse(svc.forced_down)
+        self.assertIsNone(svc.disabled_reason)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual([('off', 'host1'), ('on', 'host1')],
+                         rig.fencer.calls)
+        # Evacuate only after forced down + a marker (R10).
+        calls = [c[0] for c in rig.cloud.calls]
+        first_evac = calls.index('evacuate')
+        mark = rig.cloud.calls[calls.index('update_service')]
+        self.assertLess(calls.index('update_service'), first_evac)
+        self.assertTrue(mark[3].startswith('instanceha:fenced '))
+        self.assertTrue(mark[4])
+
+    def test_enable_only_after_up(self):
+        rig = fakes.Rig()
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        orig_unfence = rig.fencer.unfence
+
+        def unfence_without_boot(host):
+            result = orig_unfence(host)
+            rig.cloud.kill(host)  # powered on, compute not yet up
+            return result
+
+        rig.fencer.unfence = unfence_without_boot
+        rig.run(20)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        svc = rig.cloud.services['host1']
+        self.assertEqual('disabled', svc.status)
+        self.assertFalse(svc.forced_down)
+        self.assertEqual(S.WAITING_UP, marker_state(rig, 'host1'))
+        rig.cloud.revive('host1')
+        rig.run(5)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_leave_disabled(self):
+        rig = fakes.Rig(leave_disabled=True)
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({'host1': S.LEFT_DISABLED},
+                         rig.engine.host_states())
+        svc = rig.cloud.services['host1']
+        self.assertEqual('disabled', svc.status)
+        self.assertTrue(svc.forced_down)
+        self.assertEqual(S.LEFT_DISABLED, marker_state(rig, 'host1'))
+        self.assertEqual([('off', 'host1')], rig.fencer.calls)
+        self.assertEqual('host2', rig.cloud.servers[vm].host)
+
+
+class TestFencing(testtools.TestCase):
+
+    def test_no_fencing_config_never_evacuated(self):
+        rig = fakes.Rig(configured={'host2', 'host3'})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(60)
+        self.assertEqual([], rig.cloud.evacuations(vm))
+        self.assertEqual({'host1': S.FENCE_FAILED}, rig.engine.host_states())
+        pending = rig.events.named(events.FENCE_PENDING, 'host1')
+        self.assertGreater(len(pending), 10)  # reported every cycle
+        self.assertIn('no fencing configuration', pending[-1]['reason'])
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_fence_failure_retried_with_backoff(self):
+        rig = fakes.Rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.fencer.fail['host1'] = 3
+        rig.run(2)
+        rig.cloud.kill('host1')
+        t0 = rig.clock.t
+        rig.run(45)
+        # 10, 20, 40 s back-off: attempts at ~0, 10, 30 s; the 4th (70 s)
+        # has not happened yet: still nothing evacuated.
+        self.assertEqual(3, len(rig.fencer.calls))
+        self.assertEqual([], rig.cloud.evacuations(vm))
+        failed = rig.events.named(events.HOST_STATE, 'host1')
+        self.assertEqual([10, 20, 40], [
+            d['retry_in'] for d in failed if d['new'] == 'fence_failed'])
+        rig.run(40)
+        self.assertGreater(rig.clock.t - t0, 70)
+        self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_fence_failed_host_that_recovers_is_dropped(self):
+        rig = fakes.Rig()
+        rig.cloud.boot('host1', 1)
+        rig.fencer.fail['host1'] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(3)
+        self.assertEqual({'host1': S.FENCE_FAILED}, rig.engine.host_states())
+        rig.cloud.revive('host1')
+        rig.run(3)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual(('fence_failed', 'healthy'),
+                         rig.transitions('host1')[-1])
+
+    def test_kdump_host_is_fenced_without_power_cycle(self):
+        rig = fakes.Rig(kdump=True, **{'kdump.check_kdump': True,
+                                       'kdump.kdump_timeout': 10,
+                                       'kdump.message_timeout': 5})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(3)
+        self.assertEqual([], rig.fencer.calls)  # waiting for kdump
+        for _ in range(8):  # dumping: a message every second
+            rig.kdump.messages['host1'] = rig.clock.now()
+            rig.run(1)
+        self.assertEqual('host2', rig.cloud.servers[vm].host)
+        self.assertEqual({'host1': S.EVACUATED}, rig.engine.host_states())
+        rig.run(10)  # stopped sending: it reboots by itself
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        rig.cloud.revive('host1')
+        rig.run(3)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual([], rig.fencer.calls)
+
+    def test_kdump_timeout_then_normal_fencing(self):
+        rig = fakes.Rig(kdump=True, **{'kdump.check_kdump': True,
+                                       'kdump.kdump_timeout': 10})
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(8)
+        self.assertEqual([], rig.fencer.calls)
+        rig.run(20)
+        self.assertEqual(('off', 'host1'), rig.fencer.calls[0])
+
+
+class TestSmart(testtools.TestCase):
+
+    def test_failed_rebuild_retried_then_done(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.fail_rebuild[vm] = 2
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(30)
+        self.assertEqual(3, len(rig.cloud.evacuations(vm)))
+        self.assertEqual('ACTIVE', rig.cloud.servers[vm].status)
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_retries_exhausted_marks_host_failed(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.retries': 3})
+        vm, ok = rig.cloud.boot('host1', 2)
+        rig.cloud.fail_rebuild[vm] = 100
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(60)
+        self.assertEqual(4, len(rig.cloud.evacuations(vm)))
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+        svc = rig.cloud.services['host1']
+        self.assertEqual('disabled', svc.status)
+        self.assertTrue(svc.forced_down)
+        self.assertIn('FAILED', svc.disabled_reason)
+        self.assertIn('instanceha-manage hosts clear host1',
+                      svc.disabled_reason)
+        self.assertEqual([('off', 'host1')], rig.fencer.calls)  # no power on
+        self.assertFalse(rig.cloud.servers[vm].locked)
+        gave_up = rig.events.named(events.EVACUATE_GAVE_UP, 'host1')
+        self.assertEqual([vm], [d['server'] for d in gave_up])
+        # A new engine (restart) does not touch a FAILED host either.
+        rig.restart()
+        rig.run(20)
+        self.assertEqual(4, len(rig.cloud.evacuations(vm)))
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+
+    def test_force_enable_does_not_apply_to_smart(self):
+        rig = fakes.Rig(force_enable=True, **{'evacuation.strategy': 'smart',
+                                              'evacuation.retries': 0})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.fail_rebuild[vm] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+
+    def test_other_target_after_same_target_retries(self):
+        rig = fakes.Rig(hosts=4, **{'evacuation.strategy': 'smart',
+                                    'evacuation.same_target_retries': 1})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.bad_dest.add('host2')
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(30)
+        targets = [c[2] for c in rig.cloud.evacuations(vm)]
+        # Nova's choice twice (host2 both times), then explicitly another.
+        self.assertEqual([None, None, 'host3'], targets)
+        self.assertEqual('host3', rig.cloud.servers[vm].host)
+
+    def test_in_flight_cap(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.max_in_flight': 2})
+        rig.cloud.boot('host1', 5)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        peak = 0
+        for _ in range(30):
+            rig.run(1)
+            running = sum(1 for m in rig.cloud.migs if m.status == 'accepted')
+            peak = max(peak, running)
+        self.assertEqual(2, peak)
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_fire_and_forget_failure_without_force_enable(self):
+        rig = fakes.Rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.refuse[vm] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+        self.assertFalse(rig.cloud.servers[vm].locked)
+
+    def test_fire_and_forget_failure_with_force_enable(self):
+        rig = fakes.Rig(force_enable=True)
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.refuse[vm] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+
+class TestOrchestrated(testtools.TestCase):
+
+    def test_priority_order(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'orchestrated'})
+        key = 'instanceha:priority'
+        low, = rig.cloud.boot('host1', 1, metadata={key: '1'})
+        db1, db2 = rig.cloud.boot('host1', 2, metadata={key: '10'})
+        plain, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(30)
+        requested = [d['server'] for d in
+                     rig.events.named(events.EVACUATE_REQUESTED)]
+        self.assertEqual({db1, db2}, set(requested[:2]))
+        self.assertEqual([low, plain], requested[2:])
+        done = [d['server'] for d in rig.events.named(events.EVACUATE_DONE)]
+        self.assertLess(done.index(db2), done.index(low))
+        self.assertLess(done.index(low), done.index(plain))
+
+
+class TestReservation(testtools.TestCase):
+
+    def _rig(self, **kw):
+        # host1..host5 in service, host6 and host7 spares (threshold 50%)
+        rig = fakes.Rig(hosts=7, **{'reservation.strategy': 'reserved-hosts',
+                                    **kw})
+        import dataclasses
+        from instanceha.engine import model
+        for spare in ('host6', 'host7'):
+            rig.cloud.services[spare] = dataclasses.replace(
+                rig.cloud.services[spare], status='disabled',
+                disabled_reason='instanceha:reserved')
+        rig.cloud.aggregates = [
+            model.Aggregate('1', 'rack-a', frozenset({'host1', 'host7'})),
+            model.Aggregate('2', 'rack-b', frozenset({'host2', 'host6'}))]
+        return rig
+
+    def test_spare_in_same_aggregate_used(self):
+        rig = self._rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual([{'spare': 'host7'}],
+                         rig.events.named(events.SPARE_CLAIMED, 'host1'))
+        self.assertEqual('host7', rig.cloud.servers[vm].host)
+        self.assertEqual('enabled', rig.cloud.services['host7'].status)
+        self.assertEqual('disabled', rig.cloud.services['host6'].status)
+
+    def test_two_failed_hosts_never_share_a_spare(self):
+        rig = self._rig()
+        rig.cloud.aggregates = []
+        rig.cloud.boot('host1', 1)
+        rig.cloud.boot('host2', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.cloud.kill('host2')
+        rig.run(20)
+        claimed = sorted(d['spare'] for d in
+                         rig.events.named(events.SPARE_CLAIMED))
+        self.assertEqual(['host6', 'host7'], claimed)
+
+    def test_unused_spare_returned(self):
+        rig = self._rig(**{'reservation.evacuate_to_spare': False})
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        svc = rig.cloud.services['host7']
+        # the scheduler (fake: first enabled host) chose host2
+        self.assertEqual([{'spare': 'host7'}],
+                         rig.events.named(events.SPARE_RELEASED, 'host1'))
+        self.assertEqual('disabled', svc.status)
+        self.assertTrue(svc.disabled_reason.startswith('instanceha:reserved'))
+
+
+class TestResume(testtools.TestCase):
+
+    def test_restart_mid_evacuation_evacuates_once(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.max_in_flight': 2})
+        vms = rig.cloud.boot('host1', 5)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        for _ in range(40):
+            rig.run(1)
+            if any(rig.cloud.evacuations(v) for v in vms):
+                break
+        self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
+        rig.restart()
+        rig.run(30)
+        for vm in vms:
+            self.assertEqual(1, len(rig.cloud.evacuations(vm)), vm)
+            self.assertFalse(rig.cloud.servers[vm].locked, vm)
+            self.assertNotEqual('host1', rig.cloud.servers[vm].host)
+        self.assertEqual({}, rig.engine.host_states())
+        resumed = rig.events.named(events.HOST_RESUMED, 'host1')
+        self.assertEqual([{'state': 'evacuating'}], resumed)
+
+    def test_restart_in_every_state_finishes_the_job(self):
+        for stop_at in ('evacuating', 'evacuated', 'powering_on',
+                        'waiting_up'):
+            rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+            vms = rig.cloud.boot('host1', 3)
+            rig.run(2)
+            rig.cloud.kill('host1')
+            for _ in range(40):
+                rig.run(1)
+                if marker_state(rig, 'host1') == S(stop_at):
+                    break
+            self.assertEqual(S(stop_at), marker_state(rig, 'host1'))
+            rig.restart()
+            rig.run(30)
+            for vm in vms:
+                self.assertEqual(1, len(rig.cloud.evacuations(vm)),
+                                 (stop_at, vm))
+                self.assertFalse(rig.cloud.servers[vm].locked)
+            self.assertEqual({}, rig.engine.host_states(), stop_at)
+            self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_killed_between_force_down_and_evacuating_marker(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        vms = rig.cloud.boot('host1', 3)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        for _ in range(40):
+            rig.run(1)
+            if marker_state(rig, 'host1') is S.EVACUATING:
+                break
+        self.assertEqual([], [c for c in rig.cloud.calls
+                              if c[0] == 'evacuate'])
+        reason = rig.cloud.services['host1'].disabled_reason
+        rig.cloud.services['host1'] = fakes.dataclasses.replace(
+            rig.cloud.services['host1'],
+            disabled_reason=reason.replace(':evacuating', ':fenced'))
+        rig.restart()
+        rig.run(30)
+        for vm in vms:
+            self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_restart_after_fence_failure(self):
+        rig = fakes.Rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.fencer.fail['host1'] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(3)
+        self.assertEqual({'host1': S.FENCE_FAILED}, rig.engine.host_states())
+        self.assertIsNone(marker_state(rig, 'host1'))
+        rig.restart()
+        rig.run(20)
+        self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+
+    def test_shutdown_marks_nothing_failed(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        rig.cloud.boot('host1', 3)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(5)
+        rig.engine.shutdown(5)
+        self.assertNotEqual(S.FAILED, marker_state(rig, 'host1'))
+        before = len(rig.cloud.calls)
+        rig.run(5)  # a stopped engine does nothing
+        self.assertEqual(before, len(rig.cloud.calls))
+
+
+class TestLeadership(testtools.TestCase):
+
+    def test_follower_does_nothing(self):
+        rig = fakes.Rig()
+        rig.coordinator.leader = False
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual([], rig.fencer.calls)
+        self.assertEqual([], rig.cloud.evacuations(vm))
+        rig.coordinator.leader = True
+        rig.run(20)
+        self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+
+    def test_losing_leadership_stops_evacuations(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.max_in_flight': 1})
+        vms = rig.cloud.boot('host1', 4)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        for _ in range(40):
+            rig.run(1)
+            if any(rig.cloud.evacuations(v) for v in vms):
+                break
+        rig.coordinator.leader = False
+        count = sum(len(rig.cloud.evacuations(v)) for v in vms)
+        rig.run(20)
+        self.assertEqual(count, sum(len(rig.cloud.evacuations(v))
+                                    for v in vms))
+        rig.coordinator.leader = True
+        rig.run(30)
+        for vm in vms:
+            self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+
+
+class TestDisabled(testtools.TestCase):
+
+    def test_disabled_takes_no_action(self):
+        rig = fakes.Rig(disabled=True)
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual([], rig.fencer.calls)
+        self.assertEqual([], [c for c in rig.cloud.calls])
