@@ -116,24 +116,47 @@ class GateSpy:
     """Wraps a gate to learn which hosts it blocked this cycle.
 
     The invariant "no action while a gate blocks" is checked against
-    what the gates actually said, not against what the engine logged.
+    what the gates actually said, not against what the engine logged; and
+    the story shows each gate's verdict when it changes.
     """
 
-    def __init__(self, gate, blocked: set):
+    def __init__(self, gate, copy: 'Copy'):
         self._gate = gate
-        self._blocked = blocked
+        self._copy = copy
 
     def check(self, ctx, *args, **kwargs):
         verdict = self._gate.check(ctx, *args, **kwargs)
-        candidates = getattr(ctx, 'candidates', None) or frozenset()
+        candidates = frozenset(getattr(ctx, 'candidates', ()) or ())
         if verdict.block_all:
-            self._blocked.update(candidates)
-        self._blocked.update(h for h in verdict.blocked_hosts
-                             if not candidates or h in candidates)
+            hosts, reason = candidates, verdict.block_all
+        else:
+            hosts = frozenset(h for h in verdict.blocked_hosts
+                              if not candidates or h in candidates)
+            reason = '; '.join('%s: %s' % (h, verdict.blocked_hosts[h])
+                               for h in sorted(hosts))
+        if hosts:
+            self._copy.blocked.update(hosts)
+            self._copy.verdicts[self._gate.name] = (hosts, reason)
         return verdict
 
     def __getattr__(self, name):
         return getattr(self._gate, name)
+
+
+class _CycleCloud:
+    """The cloud as one copy sees it: each snapshot starts a new cycle."""
+
+    def __init__(self, cloud: sim_world.SimCloud,
+                 on_cycle: Callable[[], None]):
+        self._cloud = cloud
+        self._on_cycle = on_cycle
+
+    def snapshot(self, **kwargs):
+        self._on_cycle()
+        return self._cloud.snapshot(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cloud, name)
 
 
 @dataclasses.dataclass
@@ -146,7 +169,17 @@ class Copy:
     conf: cfg.ConfigOpts | None = None
     next_tick: float = 0.0
     interval: float = 45.0
+    #: Hosts the gates blocked in this copy's latest cycle.
     blocked: set = dataclasses.field(default_factory=set)
+    #: gate -> (hosts, reason) of this cycle, and as last logged.
+    verdicts: dict = dataclasses.field(default_factory=dict)
+    logged: dict = dataclasses.field(default_factory=dict)
+    cycled: bool = False
+
+    def new_cycle(self) -> None:
+        self.blocked.clear()
+        self.verdicts = {}
+        self.cycled = True
 
     @property
     def running(self) -> bool:
@@ -179,7 +212,7 @@ class Simulation:
         self.world.is_leader = lambda actor: (
             self.election.leader() == actor)
         self._leader: str | None = None
-        #: Wall and CPU seconds per tick, Nova calls per tick (benchmarks).
+        #: Wall and CPU seconds, Nova calls of each polling tick.
         self.tick_stats: list[tuple[float, float, int]] = []
         self.readonly: set[str] = set()
 
@@ -216,11 +249,12 @@ class Simulation:
         conf = self.make_conf()
         drivers = loader.load_configured(conf)
         copy.blocked = self.world.blocked.setdefault(name, set())
-        drivers.gates = [GateSpy(g, copy.blocked) for g in drivers.gates]
+        copy.logged = {}
+        drivers.gates = [GateSpy(g, copy) for g in drivers.gates]
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
         env = ports.Environment(
-            cloud=self.cloud, clock=self.clock,
+            cloud=_CycleCloud(self.cloud, copy.new_cycle), clock=self.clock,
             fencer=self._fencer_factory(conf),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
@@ -252,13 +286,27 @@ class Simulation:
 
     def _tick(self, copy: Copy) -> None:
         self.world.actor = copy.name
-        copy.blocked.clear()
+        copy.cycled = False
         calls = self.cloud.api_calls
         wall, cpu = _time.perf_counter(), _time.process_time()
         copy.engine.tick()
-        self.tick_stats.append((_time.perf_counter() - wall,
-                                _time.process_time() - cpu,
-                                self.cloud.api_calls - calls))
+        if copy.cycled:
+            self.tick_stats.append((_time.perf_counter() - wall,
+                                    _time.process_time() - cpu,
+                                    self.cloud.api_calls - calls))
+            self._log_gates(copy)
+
+    def _log_gates(self, copy: Copy) -> None:
+        for gate in sorted(set(copy.verdicts) | set(copy.logged)):
+            now, before = copy.verdicts.get(gate), copy.logged.get(gate)
+            if now == before:
+                continue
+            if now:
+                self.log.record('gate', 'gate_blocked', None, gate=gate,
+                                hosts=sorted(now[0]), reason=now[1])
+            else:
+                self.log.record('gate', 'gate_cleared', None, gate=gate)
+        copy.logged = dict(copy.verdicts)
 
     # --- timeline ----------------------------------------------------------
 

@@ -1,0 +1,258 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Tell a simulated run in plain words, one sentence per event.
+
+The golden logs are for machines and reviewers; this is for someone who
+wants to see what instanceha does: detection, gates, fencing, evacuation
+with a progress line per host, recovery. Unknown events are still shown,
+in their raw form, so nothing is hidden.
+"""
+
+from collections.abc import Callable
+import dataclasses
+
+from instanceha.sim import events as sim_events
+
+_COMMANDS = {
+    'power-off': '{host} loses power',
+    'power-on': 'power is back on {host}; it boots',
+    'crash': '{host} crashes (kernel panic); its BMC still says on',
+    'kdump': '{host} crashes into kdump and writes a crash dump '
+             '({seconds:g} s)',
+    'cut-network': '{host} is cut off from the control plane network',
+    'restore-network': '{host} is reachable again',
+    'stop-compute': 'nova-compute stops on {host} (its instances keep '
+                    'running)',
+    'start-compute': 'nova-compute starts again on {host}',
+    'bmc': 'fencing device {device} of {host} starts to misbehave: '
+           '{behaviour}',
+    'rebuild-fail': 'rebuilds of {server} will fail (target {on}, '
+                    '{times} time(s))',
+    'disable': 'an operator disables {host}',
+    'enable': 'an operator enables {host}',
+    'capacity': '{host} now has room for {vcpus} vCPUs',
+    'coordination': 'the coordination backend goes {state}',
+    'set': 'an operator sets {option} = {value} and restarts instanceha',
+    'service-crash': 'instanceha ({copy}) crashes',
+    'service-restart': 'instanceha ({copy}) is restarted',
+    'service-stop': 'instanceha ({copy}) is stopped',
+    'service-start': 'instanceha ({copy}) starts',
+}
+
+_STATES = {
+    'suspect': '{host} looks failed: {reason}',
+    'fencing': 'fencing {host}: asking its fencing devices to power it off',
+    'fence_failed': 'could not fence {host}: {reason}. Nothing is '
+                    'evacuated from a host that is not proven off; '
+                    'retrying in {retry_in} s',
+    'evacuating': '{host} is forced down and disabled in Nova; evacuating '
+                  'its instances',
+    'evacuated': '{host}: evacuation finished ({evacuated} rebuilt '
+                 'elsewhere, {failed} failed)',
+    'powering_on': 'powering {host} back on through its fencing device',
+    'waiting_up': '{host} is powered on; waiting for its nova-compute to '
+                  'report up',
+    'enabling': '{host} reports up; enabling it in Nova',
+    'left_disabled': '{host} stays disabled and forced down '
+                     '(leave_disabled)',
+    'failed': '{host} is marked FAILED; an operator must act: {action}',
+}
+
+
+@dataclasses.dataclass
+class _Progress:
+    requested: set = dataclasses.field(default_factory=set)
+    done: set = dataclasses.field(default_factory=set)
+
+
+def clock(t: float) -> str:
+    t = int(t)
+    return '%02d:%02d' % divmod(t, 60) if t < 3600 else '%d:%02d:%02d' % (
+        t // 3600, t % 3600 // 60, t % 60)
+
+
+class Story:
+    """Turns events into sentences; call it with each event."""
+
+    def __init__(self, write: Callable[[str], None] = print,
+                 multi: bool = False):
+        self.write = write
+        self.multi = multi
+        self.progress: dict[str, _Progress] = {}
+
+    def _say(self, ev: sim_events.Event, text: str) -> None:
+        who = '%s: ' % ev.source if self.multi and ev.source.startswith(
+            'ha') else ''
+        self.write('[%s] %s%s' % (clock(ev.t), who, text))
+
+    def __call__(self, ev: sim_events.Event) -> None:
+        text = self.sentence(ev)
+        if text:
+            self._say(ev, text)
+        if ev.event in ('rebuilt', 'evacuation_error', 'rebuild_failed'):
+            self._progress(ev)
+
+    def _progress(self, ev: sim_events.Event) -> None:
+        p = self.progress.get(ev.host)
+        if not p or not p.requested:
+            return
+        if ev.event == 'rebuilt':
+            p.done.add(ev.details['server'])
+        n, total = len(p.done), len(p.requested)
+        bar = '#' * round(20 * n / total)
+        self.write('         %-12s [%-20s] %d/%d instances rebuilt'
+                   % (ev.host, bar, n, total))
+
+    def sentence(self, ev: sim_events.Event) -> str | None:
+        d = dict(ev.details)
+        d.setdefault('host', ev.host)
+        e = ev.event
+        if ev.source == 'timeline':
+            return '*** ' + _COMMANDS.get(e, e).format(**d)
+        if ev.source == 'sim' and e == 'start':
+            return ('a simulated cloud with {hosts} compute hosts and '
+                    '{instances} instances; instanceha is watching it'
+                    .format(**d))
+        if ev.source == 'gate':
+            if e == 'gate_blocked':
+                return ('gate {gate} blocks recovery of {hosts}: {reason}'
+                        .format(**d))
+            return 'gate {gate} no longer blocks anything'.format(**d)
+        if ev.source == 'coord':
+            return 'leader election: %s leads' % d['copy']
+        if ev.source == 'bmc':
+            return 'fencing device %s: power %s requested' % (
+                d.get('device'), e.split('_', 1)[-1])
+        if ev.source == 'host' and e == 'booted':
+            return '%s has booted; nova-compute starts' % ev.host
+        if ev.source == 'host':
+            return '%s: %s' % (ev.host, e.replace('_', ' '))
+        if ev.source == 'nova':
+            return self._nova(ev, d)
+        if ev.source == 'CHECK':
+            return 'INVARIANT BROKEN: %s' % d['what']
+        if ev.source == 'final':
+            return self._final(ev, d)
+        return self._engine(ev, d)
+
+    def _nova(self, ev, d) -> str:
+        if ev.event == 'rebuilt':
+            return '  Nova: %s is %s on %s' % (d['server'], d['status'],
+                                               d['dest'])
+        if ev.event == 'rebuild_failed':
+            return '  Nova: rebuild of %s on %s failed' % (
+                d['server'], d['dest'])
+        if ev.event == 'evacuation_error':
+            return '  Nova: cannot place %s: %s' % (
+                d['server'], d['reason'])
+        if ev.event == 'power_synced':
+            return '  Nova: %s on %s is %s (its guest did not survive)' % (
+                d['server'], ev.host, d['status'])
+        return '  Nova: %s %s' % (ev.event, d)
+
+    def _engine(self, ev, d) -> str | None:
+        e, host = ev.event, ev.host
+        if e == 'host_state':
+            new = d.get('new')
+            if new == 'fenced':
+                if d.get('kdump'):
+                    return ('%s is crash-dumping (kdump): it runs nothing, '
+                            'so it counts as fenced and is not power-'
+                            'cycled' % host)
+                return ('%s is fenced: level %s (%s) confirmed it is off'
+                        % (host, d.get('level'), sim_events._value(
+                            d.get('devices'))))
+            if new == 'healthy':
+                if d.get('old') == 'enabling':
+                    return '%s is enabled and back in service' % host
+                return '%s is fine again: %s' % (host, d.get('reason', ''))
+            if new == 'evacuating':
+                self.progress[host] = _Progress()
+                if d.get('spare'):
+                    return ('%s is forced down and disabled in Nova; spare '
+                            'host %s enabled for its instances'
+                            % (host, d['spare']))
+            template = _STATES.get(new)
+            if template:
+                d.setdefault('reason', '')
+                return template.format_map(_Missing(d))
+            return '%s: %s -> %s' % (host, d.get('old'), new)
+        if e == 'evacuate_requested':
+            self.progress.setdefault(host, _Progress()).requested.add(
+                d['server'])
+            where = ('on %s' % d['target'] if d.get('target') else
+                     "Nova's scheduler picks the host")
+            return '  evacuating %s (attempt %s, %s)' % (
+                d['server'], d.get('attempt'), where)
+        if e in ('evacuate_done', 'server_locked', 'server_unlocked',
+                 'leader', 'fence_pending', 'kdump_wait'):
+            if e == 'leader' and self.multi:
+                return 'this copy is now the leader'
+            if e == 'kdump_wait':
+                return ('%s: waiting up to %s s for a kdump message before '
+                        'fencing' % (host, d['timeout']))
+            return None
+        if e == 'evacuate_failed':
+            return '  %s failed on %s (attempt %s): %s' % (
+                d['server'], d.get('dest'), d.get('attempt'), d.get('reason'))
+        if e == 'evacuate_refused':
+            return '  Nova refused to evacuate %s: %s' % (d['server'],
+                                                          d.get('reason'))
+        if e == 'evacuate_gave_up':
+            return '  gave up on %s after %s attempt(s): %s' % (
+                d['server'], d.get('attempts'), d.get('reason'))
+        if e == 'spare_claimed':
+            return '%s: spare host %s enabled' % (host, d['spare'])
+        if e == 'spare_released':
+            return '%s: spare host %s returned to the pool' % (host,
+                                                               d['spare'])
+        if e == 'host_resumed':
+            return ('%s: resuming its recovery from the marker in Nova '
+                    '(%s)' % (host, d['state']))
+        if e == 'host_failed_pending':
+            return '%s is still FAILED; waiting for an operator' % host
+        if e == 'not_leader':
+            return 'this copy is not the leader; it only watches'
+        if e == 'power_state_restored':
+            return '  %s set back to %s' % (d['server'], d['status'])
+        if e == 'shutdown':
+            return 'instanceha stops (work in flight: %s)' % (
+                sim_events._value(d.get('in_flight')))
+        details = ' '.join('%s=%s' % (k, sim_events._value(v))
+                           for k, v in sorted(d.items()) if k != 'host')
+        return '%s %s %s' % (e, host or '', details)
+
+    def _final(self, ev, d) -> str | None:
+        if ev.event == 'invariants':
+            if d['violations']:
+                return ('%d invariant(s) BROKEN (see above)'
+                        % d['violations'])
+            return ('all invariants held: no instance ran on two hosts, '
+                    'nothing was evacuated from a host not proven off or '
+                    'twice, nothing moved while a gate blocked it, only '
+                    'the leader acted')
+        if ev.event == 'host':
+            state = '%s/%s' % (d['status'], d['state'])
+            extra = ', forced down' if d['forced_down'] else ''
+            if d.get('reason'):
+                extra += ', reason "%s"' % d['reason']
+            return 'end: host %-12s %s, power %s%s' % (ev.host, state,
+                                                       d['power'], extra)
+        return 'end: %-10s on %-12s %s%s' % (
+            d['server'], ev.host, d['status'],
+            ' (locked)' if d.get('locked') else '')
+
+
+class _Missing(dict):
+    def __missing__(self, key):
+        return '?'
