@@ -482,3 +482,20 @@ class TestFromConf(FileMixin, testtools.TestCase):
                                                ('noop',)),
                              t.fence('c1.example.com'))
         self.assertIn('nothing was proven', log.output)
+
+
+class TestSample(testtools.TestCase):
+
+    def test_sample_file_follows_the_schema(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
+        path = os.path.join(root, 'etc', 'instanceha', 'fencing.yaml.sample')
+        self.useFixture(fixtures.EnvironmentVariable(
+            'KUBERNETES_SERVICE_HOST'))
+        f = config.load(make_conf(), path, strict=False)
+        self.assertEqual(['compute-0.example.com', 'compute-1', 'compute-2',
+                          'compute-3', 'compute-4'], f.names())
+        # The sample points at secret files and a kubeconfig that do not
+        # exist here; anything else wrong is a mistake in the sample.
+        for host, error in f.errors.items():
+            self.assertIn('cannot read', error, host)

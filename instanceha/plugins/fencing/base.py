@@ -62,9 +62,11 @@ class DeviceError(exceptions.FencingError):
         self.host = driver.host
         self.device = driver.device
         self.detail = driver.redact(detail)
-        super().__init__('host %s device %s (%s): %s: %s' % (
-            driver.host, driver.device, driver.describe_target(),
-            self.reason, self.detail))
+        #: The message without the host, for per-host listings.
+        self.short = 'device %s (%s): %s: %s' % (
+            driver.device, driver.describe_target(), self.reason,
+            self.detail)
+        super().__init__('host %s %s' % (driver.host, self.short))
 
 
 class AuthError(DeviceError):

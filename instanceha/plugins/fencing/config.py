@@ -162,8 +162,12 @@ class _Builder:
         self.templates = templates
 
     def fail(self, where: str, message: str) -> None:
-        raise exceptions.ConfigurationError(
+        exc = exceptions.ConfigurationError(
             'fencing file %s: %s: %s' % (self.path, where, message))
+        # Without file and host, for per-host listings.
+        exc.detail = '%s: %s' % (where.split(' ', 2)[2] if where.count(' ')
+                                 >= 2 else 'entry', message)
+        raise exc
 
     def host(self, key: str, entry: Any) -> HostEntry:
         where = 'host %s' % key
@@ -289,5 +293,5 @@ def load(conf: cfg.ConfigOpts, path: str | None = None, *,
         except exceptions.ConfigurationError as exc:
             if strict:
                 raise
-            result.errors[key] = str(exc)
+            result.errors[key] = getattr(exc, 'detail', str(exc))
     return result

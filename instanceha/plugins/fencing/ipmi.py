@@ -30,6 +30,9 @@ from instanceha.plugins.fencing import base
 _IPMI_TIMEOUT = '1'
 _IPMI_RETRIES = '3'
 
+#: ipmitool -v lines that say nothing about the failure.
+_CHATTER = ('Loading IANA', 'Running Get VSO', 'Using best available',
+            'Discovered IPMB', 'Invalid completion code')
 _AUTH_MARKERS = ('rakp 2 hmac is invalid', 'unauthorized name',
                  'rakp 2 message indicates an error',
                  'no response from rakp 1', 'no response from rakp 3',
@@ -106,8 +109,7 @@ class IpmiFencing(base.FencingDriver):
     def _raise(self, output: str, args: tuple) -> None:
         text = output.lower()
         lines = [ln.strip() for ln in output.splitlines()
-                 if ln.strip() and not ln.startswith(('Loading IANA',
-                                                      'Running Get VSO'))]
+                 if ln.strip() and not ln.startswith(_CHATTER)]
         detail = '; '.join(lines[-3:]) or 'ipmitool failed without a message'
         if any(m in text for m in _UNKNOWN_MARKERS):
             raise base.UnknownAddressError(
