@@ -29,6 +29,7 @@ PROG = 'instanceha-manage'
 
 COMMAND_MODULES = [
     'instanceha.cmd.manage_config',
+    'instanceha.cmd.manage_fencing',
     'instanceha.cmd.manage_plan',
 ]
 
