@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
         format='%(asctime)s %(levelname)s %(name)s %(message)s')
-    if not 0.1 <= args.interval <= 3600:
-        parser.error('--interval %s: must be between 0.1 and 3600 seconds'
+    if not 0.01 <= args.interval <= 3600:
+        parser.error('--interval %s: must be between 0.01 and 3600 seconds'
                      % args.interval)
     if args.count < 0:
         parser.error('--count must not be negative')
