@@ -1,0 +1,281 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""NovaCloud against a real nova (and a real keystone): no mocks.
+
+Also home of the helpers the plan tests share: a config file pointing at
+the peers, and a ConfigOpts parsed from it.
+"""
+
+import datetime
+import os
+import tempfile
+
+from oslo_config import cfg
+import testtools
+
+from instanceha.cloud import nova
+from instanceha import conf as ha_conf
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha import exceptions
+from tests.functional import peers
+
+
+def conf_text(nova_peer, keystone=None, password=None, extra=''):
+    """instanceha.conf text reaching nova_peer (through keystone if set)."""
+    if keystone is None:
+        auth = ('auth_type = none\nendpoint_override = %s\n'
+                % nova_peer.endpoint)
+    else:
+        auth = ('auth_type = password\nauth_url = %s\nusername = %s\n'
+                'password = %s\nproject_name = %s\nuser_domain_name = %s\n'
+                'project_domain_name = %s\nregion_name = %s\n'
+                'valid_interfaces = public\n' % (
+                    keystone.auth_url, keystone.admin_user,
+                    password or keystone.admin_password,
+                    keystone.admin_project, keystone.user_domain,
+                    keystone.project_domain, keystone.region))
+    text = '[nova]\ntimeout = 30\n' + auth
+    # Merge extra sections: a [nova] block in extra adds to ours.
+    if extra.startswith('[nova]\n'):
+        text += extra[len('[nova]\n'):]
+    else:
+        text += extra
+    return text
+
+
+def write_conf(test, text):
+    fd, path = tempfile.mkstemp(suffix='.conf', prefix='instanceha-')
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    test.addCleanup(os.unlink, path)
+    return path
+
+
+def load_conf(path):
+    conf = cfg.ConfigOpts()
+    ha_conf.parse_args(['--config-file', path], conf,
+                       default_config_files=[])
+    ha_conf.validate(conf)
+    return conf
+
+
+def make_cloud(test, nova_peer, keystone=None, password=None, extra=''):
+    path = write_conf(test, conf_text(nova_peer, keystone, password, extra))
+    return nova.NovaCloud(load_conf(path))
+
+
+class TestNovaCloudStub(testtools.TestCase):
+    """Nova with keystone stubbed out (every caller is an admin)."""
+
+    def setUp(self):
+        super().setUp()
+        self.peer = self.useFixture(peers.NovaPeer(hosts=3))
+        self.cloud = make_cloud(self, self.peer)
+
+    def test_snapshot_reads_services_servers_aggregates_flavor_specs(self):
+        nova_client = self.peer.client()
+        flavor = self.peer.create_flavor(
+            'tagged', extra_specs={'evacuable': 'true'}, client=nova_client)
+        self.peer.create_aggregate('rack1', hosts=['host1', 'host2'],
+                                   metadata={'max_unhealthy': '1'},
+                                   client=nova_client)
+        booted = self.peer.create_servers(1, host='host1', flavor=flavor,
+                                          name='db', client=nova_client)
+        self.cloud.api_calls = 0
+        snap = self.cloud.snapshot()
+        self.assertEqual(3, self.cloud.api_calls)
+        self.assertEqual(['host1', 'host2', 'host3'],
+                         sorted(s.host for s in snap.services))
+        svc = snap.service('host1')
+        self.assertEqual((model.UP, model.ENABLED), (svc.state, svc.status))
+        # uuid service ids (2.53+) are what PUT os-services/{id} needs.
+        self.assertEqual(36, len(svc.id))
+        (srv,) = snap.servers_on('host1')
+        self.assertEqual(booted[0].id, srv.id)
+        self.assertEqual('db-0', srv.name)
+        self.assertEqual('ACTIVE', srv.status)
+        self.assertEqual('tagged', srv.flavor.name)
+        self.assertEqual({'evacuable': 'true'}, dict(srv.flavor.extra_specs))
+        self.assertEqual(peers.nova_peer.IMAGE_ID, srv.image_id)
+        (agg,) = snap.aggregates
+        self.assertEqual(('rack1', frozenset({'host1', 'host2'})),
+                         (agg.name, agg.hosts))
+        self.assertEqual({'max_unhealthy': '1'}, dict(agg.metadata))
+        self.assertEqual({}, dict(snap.images))
+
+    def test_images_through_nova_proxy_carry_properties(self):
+        # The test nova has no Glance endpoint, only its in-process fake
+        # behind the image proxy: set a property there, read it back.
+        self.cloud.compute.post(
+            '/images/%s/metadata' % peers.nova_peer.IMAGE_ID,
+            json={'metadata': {'evacuable': 'true'}}, microversion='2.35')
+        self.assertEqual('nova', self.cloud.image_source())
+        self.cloud.api_calls = 0
+        snap = self.cloud.snapshot(images=True)
+        self.assertEqual(4, self.cloud.api_calls)
+        image = snap.images[peers.nova_peer.IMAGE_ID]
+        self.assertEqual('true', image.properties['evacuable'])
+        self.assertEqual((), image.tags)
+
+    def test_servers_are_paginated(self):
+        self.peer.create_servers(5, name='p')
+        self.cloud.conf.set_override('page_size', 2, group='nova')
+        self.cloud.api_calls = 0
+        servers = self.cloud.list_servers()
+        self.assertEqual(5, len(servers))
+        self.assertEqual(5, len({s.id for s in servers}))
+        # 2 + 2 + 1, and nova cannot know the last page is the last.
+        self.assertEqual(3, self.cloud.api_calls)
+
+    def test_recovery_calls_round_trip(self):
+        (srv,) = self.peer.create_servers(1, host='host1')
+        svc = self.cloud.snapshot().service('host1')
+        self.peer.control.kill('host1')
+        self.peer.wait_for_service('host1', 'down')
+        marker = states.make_marker(states.HostState.FENCED,
+                                    datetime.datetime.now(
+                                        datetime.timezone.utc))
+        updated = self.cloud.update_service(
+            svc, status=model.DISABLED, disabled_reason=marker,
+            forced_down=True)
+        self.assertEqual((model.DISABLED, marker, True),
+                         (updated.status, updated.disabled_reason,
+                          updated.forced_down))
+        self.assertEqual(states.HostState.FENCED,
+                         states.parse_marker(updated.disabled_reason)[0])
+
+        self.cloud.set_server_lock(srv.id, True, reason='instanceha')
+        self.assertTrue(self.cloud.get_server(srv.id).locked)
+        before = datetime.datetime.now(datetime.timezone.utc)
+        self.cloud.evacuate(srv.id)
+        self.peer.wait_for_server(srv.id, 'ACTIVE')
+        moved = self.cloud.get_server(srv.id)
+        self.assertNotEqual('host1', moved.host)
+        migs = self.cloud.migrations(server_id=srv.id)
+        self.assertEqual(1, len(migs))
+        self.assertEqual(('host1', moved.host, 'evacuation'),
+                         (migs[0].source_host, migs[0].dest_host,
+                          migs[0].migration_type))
+        self.assertEqual(migs, self.cloud.migrations(source_host='host1'))
+        snap = self.cloud.snapshot(
+            migrations_since=before - datetime.timedelta(seconds=5))
+        self.assertEqual([srv.id], [m.server_id for m in snap.migrations])
+
+        self.cloud.set_server_lock(srv.id, False)
+        self.assertFalse(self.cloud.get_server(srv.id).locked)
+        self.cloud.reset_server_state(srv.id, 'error')
+        self.assertEqual('ERROR', self.cloud.get_server(srv.id).status)
+        self.cloud.reset_server_state(srv.id, 'active')
+        self.cloud.stop_server(srv.id)
+        self.peer.wait_for_server(srv.id, 'SHUTOFF')
+
+        # Nova refuses to clear forced_down while an evacuation record
+        # from the host is still 'done' (the recovery workflow must wait
+        # for the host to come back and clean up: 'completed').
+        exc = self.assertRaises(exceptions.CloudError,
+                                self.cloud.update_service, updated,
+                                forced_down=False)
+        self.assertEqual(400, exc.status)
+        self.assertIn('evacuation migration records', str(exc))
+        self.peer.control.revive('host1')
+        peers.base.wait_until(
+            lambda: self.cloud.migrations(server_id=srv.id)[0].status
+            == 'completed', 60, interval=0.5, what='migration completed')
+        back = self.cloud.update_service(updated, status=model.ENABLED,
+                                         forced_down=False)
+        self.assertEqual((model.ENABLED, None, False),
+                         (back.status, back.disabled_reason,
+                          back.forced_down))
+
+    def test_failures_carry_nova_request_id(self):
+        exc = self.assertRaises(exceptions.CloudError,
+                                self.cloud.get_server,
+                                '00000000-0000-0000-0000-000000000000')
+        self.assertEqual(404, exc.status)
+        self.assertTrue(exc.request_id.startswith('req-'), exc.request_id)
+        self.assertIn('get server 00000000-0000-0000-0000-000000000000: '
+                      'HTTP 404', str(exc))
+        self.assertIn(exc.request_id, str(exc))
+
+    def test_evacuate_of_server_on_live_host_is_refused_clearly(self):
+        (srv,) = self.peer.create_servers(1, host='host2')
+        exc = self.assertRaises(exceptions.CloudError, self.cloud.evacuate,
+                                srv.id)
+        self.assertIn(exc.status, (400, 409))
+        self.assertIn('evacuate server %s' % srv.id, str(exc))
+        self.assertIsNotNone(exc.request_id)
+
+    def test_unreachable_endpoint(self):
+        conf = self.cloud.conf
+        port = peers.base.free_port()
+        conf.set_override('endpoint_override',
+                          'http://127.0.0.1:%d/v2.1' % port, group='nova')
+        cloud = nova.NovaCloud(conf)
+        exc = self.assertRaises(exceptions.CloudError, cloud.snapshot)
+        self.assertIn('list nova-compute services: cannot connect', str(exc))
+        self.assertIn('127.0.0.1:%d' % port, str(exc))
+
+
+class TestNovaCloudKeystone(testtools.TestCase):
+    """Real keystone tokens, validated by nova's auth_token middleware."""
+
+    def setUp(self):
+        super().setUp()
+        self.keystone = self.useFixture(peers.KeystonePeer())
+        self.peer = self.useFixture(peers.NovaPeer(hosts=2,
+                                                   keystone=self.keystone))
+
+    def test_auth_paths(self):
+        # One stack, several checks: keystone + nova cost ~15 s to start.
+        cloud = make_cloud(self, self.peer, self.keystone)
+        self.assertEqual(2, len(cloud.snapshot().services))
+
+        # A token keystone does not know (expired, revoked, or rotated
+        # fernet keys all look like this to nova): nova answers 401, the
+        # session re-authenticates and retries once; the cycle succeeds.
+        old = cloud.session.get_token()
+        cloud._auth.auth_ref._auth_token = 'gAAAAAbogus' + old[11:]
+        cloud.api_calls = 0
+        self.assertEqual(2, len(cloud.snapshot().services))
+        self.assertEqual(3, cloud.api_calls)
+        self.assertNotEqual(old, cloud.session.get_token())
+
+        # Wrong password: a clear message, never the password.
+        wrong = 'Wr0ng-pa55word-%s' % os.getpid()
+        bad = make_cloud(self, self.peer, self.keystone, password=wrong)
+        exc = self.assertRaises(exceptions.CloudError, bad.snapshot)
+        msg = str(exc)
+        self.assertIn('keystone refused the credentials of [nova]', msg)
+        self.assertIn('user admin', msg)
+        self.assertNotIn(wrong, msg)
+        self.assertNotIn(self.keystone.admin_password, msg)
+
+        # A member-only user: nova's policy refuses os-services.
+        name, password = self.keystone.create_user()
+        text = conf_text(self.peer, self.keystone).replace(
+            'username = admin', 'username = %s' % name).replace(
+            'password = %s' % self.keystone.admin_password,
+            'password = %s' % password)
+        member = nova.NovaCloud(load_conf(write_conf(self, text)))
+        exc = self.assertRaises(exceptions.CloudError, member.snapshot)
+        self.assertEqual(403, exc.status)
+        self.assertIn('needs the admin role', str(exc))
+        self.assertNotIn(password, str(exc))
+
+        # A region without a compute endpoint: named in the message.
+        other = make_cloud(self, self.peer, self.keystone,
+                           extra='[nova]\nregion_name = Nowhere\n')
+        exc = self.assertRaises(exceptions.CloudError, other.snapshot)
+        self.assertIn('no compute endpoint in the catalog', str(exc))
+        self.assertIn('Nowhere', str(exc))
