@@ -82,8 +82,10 @@ class HeartbeatFixture(testtools.TestCase):
         path = os.path.join(self.dir, 'agent-%s.log' % host)
         out = open(path, 'ab')
         self.addCleanup(out.close)
-        self.addDetail('agent-%s.log' % host, content.content_from_file(
-            path, buffer_now=False))
+        # Read at clean-up, before the temporary directory goes away.
+        self.addCleanup(lambda: self.addDetail(
+            'agent-%s.log' % host, content.content_from_file(
+                path, buffer_now=True)))
         args = [sys.executable, '-m', 'instanceha.cmd.heartbeat_agent',
                 '--host', host, '--key-file', key or self.key,
                 '--interval', str(interval), *extra]
