@@ -368,7 +368,8 @@ class FencingDriver(base.Driver):
             if self.remaining(deadline) <= 0:
                 break
             time.sleep(min(self.poll_interval, self.remaining(deadline)))
-        if last_error is not None:
+        if last_error is not None and (last_seen is None or not isinstance(
+                last_error, DeviceTimeoutError)):
             raise last_error
         raise NotConfirmedError(self, 'accepted power %s but still reports '
                                 '%s after %.1fs' % (

@@ -26,9 +26,9 @@ import subprocess
 from instanceha.plugins.fencing import base
 
 #: ipmitool's own per-message timeout and retries: an unreachable BMC
-#: fails in about 4 s rather than ipmitool's default 20 s.
+#: fails in about 6 s rather than ipmitool's default 20 s.
 _IPMI_TIMEOUT = '1'
-_IPMI_RETRIES = '3'
+_IPMI_RETRIES = '2'
 
 #: ipmitool -v lines that say nothing about the failure.
 _CHATTER = ('Loading IANA', 'Running Get VSO', 'Using best available',
