@@ -1,0 +1,528 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Health (/healthz) and Prometheus metrics (/metrics) over HTTP.
+
+Three pieces, usable alone:
+
+* :class:`Metrics` — the metrics, in a registry of their own. Labels take
+  values from small closed sets only (results, host states, plan
+  decisions, gate names), never host or instance names, so the number of
+  series stays bounded however large the cloud.
+* :class:`Monitor` — what the service loop tells health: each engine tick
+  (:meth:`Monitor.tick_started`, :meth:`Monitor.tick_finished`), plus the
+  engine's events through :class:`MetricsEventSink`, plus the
+  coordinator's status. It decides readiness.
+* :class:`HealthServer` — a small threaded HTTP server serving both.
+
+:func:`service_hook` wires them into ``instanceha-service`` (see
+:data:`instanceha.engine.runner.STARTUP_HOOKS`).
+
+Readiness (``/healthz`` answers 200 or 503 with a JSON body saying why):
+
+* not ready while shutting down (SIGTERM received),
+* not ready while the coordination backend is unreachable,
+* not ready when the loop is stuck: a tick running, or no tick finished,
+  for longer than ``[health] stuck_after``,
+* the leader is ready only after its first good cycle (Nova read), and not
+  while its last cycle failed or its last good one is too old,
+* a follower does not read Nova; it is ready while the backend answers
+  and its loop runs, so it can take over.
+"""
+
+from collections.abc import Callable, Iterable
+import http.server
+import json
+import logging
+import socket
+import threading
+import time
+
+import prometheus_client as prom
+from prometheus_client import core as prom_core
+from prometheus_client import exposition
+
+from instanceha.engine import events as ev
+from instanceha.engine import ports
+from instanceha.engine import states
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+#: Durations of fencing and evacuation go from seconds to many minutes.
+_SLOW_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
+_CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+#: At most this many distinct gate names become label values.
+_MAX_GATES = 32
+#: Evacuations whose end we never see (fire-and-forget) are forgotten
+#: beyond this many, so the start-time table cannot grow without bound.
+_MAX_TRACKED = 10000
+
+
+class Metrics:
+    """Every metric of the service, in a registry of its own."""
+
+    def __init__(self, registry: prom.CollectorRegistry | None = None):
+        self.registry = registry or prom.CollectorRegistry()
+        r = self.registry
+        self.cycles = prom.Counter(
+            'instanceha_cycles', 'Decision cycles (Nova polls) by result.',
+            ['result'], registry=r)
+        self.cycle_duration = prom.Histogram(
+            'instanceha_cycle_duration_seconds',
+            'Duration of the engine tick that ran a decision cycle.',
+            buckets=_CYCLE_BUCKETS, registry=r)
+        self.hosts = prom.Gauge(
+            'instanceha_hosts',
+            'Hosts in a recovery workflow, by state (leader only).',
+            ['state'], registry=r)
+        self.plan_hosts = prom.Gauge(
+            'instanceha_plan_hosts',
+            'Hosts by decision in the last plan.', ['decision'], registry=r)
+        self.fences = prom.Histogram(
+            'instanceha_fence_duration_seconds',
+            'Fencing attempts of a host and how long they took, by result '
+            '(success, failure).', ['result'], buckets=_SLOW_BUCKETS,
+            registry=r)
+        self.evacuations = prom.Counter(
+            'instanceha_evacuations',
+            'Instance evacuation events by result (requested, done, '
+            'failed, refused, gave_up).', ['result'], registry=r)
+        self.evacuation_duration = prom.Histogram(
+            'instanceha_evacuation_duration_seconds',
+            'From an evacuation request to its end, by result (done, '
+            'failed).', ['result'], buckets=_SLOW_BUCKETS, registry=r)
+        self.gate_blocks = prom.Counter(
+            'instanceha_gate_blocks',
+            'Hosts (or whole plans) a gate blocked, per cycle, by gate.',
+            ['gate'], registry=r)
+        self.step_errors = prom.Counter(
+            'instanceha_step_errors',
+            'Unexpected errors in a workflow step, by host state.',
+            ['state'], registry=r)
+        self.leadership_changes = prom.Counter(
+            'instanceha_leadership_changes',
+            'Times this copy became leader (gained) or stopped being it '
+            '(lost).', ['change'], registry=r)
+        self._gates: set[str] = set()
+        for state in states.HostState:
+            self.hosts.labels(state.value).set(0)
+        for result in ('ok', 'error'):
+            self.cycles.labels(result)
+
+    def gate_label(self, gate: str) -> str:
+        gate = gate.strip() or 'unknown'
+        if gate not in self._gates and len(self._gates) >= _MAX_GATES:
+            return 'other'
+        self._gates.add(gate)
+        return gate
+
+    def render(self) -> bytes:
+        return exposition.generate_latest(self.registry)
+
+
+class MetricsEventSink(ports.EventSink):
+    """Counts the engine's events, then passes them on unchanged."""
+
+    def __init__(self, inner: ports.EventSink, metrics: Metrics,
+                 monitor: 'Monitor | None' = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.inner = inner
+        self.metrics = metrics
+        self.monitor = monitor
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fencing_since: dict[str, float] = {}
+        self._evacuating_since: dict[str, float] = {}
+
+    def emit(self, event: str, host: str | None = None, **details) -> None:
+        try:
+            self._count(event, host, details)
+        except Exception:  # noqa: metrics must never break the engine
+            LOG.exception('metrics: could not count event %s', event)
+        self.inner.emit(event, host, **details)
+
+    def _count(self, event: str, host: str | None, details: dict) -> None:
+        m = self.metrics
+        now = self._clock()
+        with self._lock:
+            if event == ev.HOST_STATE:
+                new = details.get('new')
+                if new == states.HostState.FENCING.value:
+                    self._fencing_since[host] = now
+                elif new in (states.HostState.FENCED.value,
+                             states.HostState.FENCE_FAILED.value):
+                    started = self._fencing_since.pop(host, None)
+                    result = ('success' if new == states.HostState.FENCED
+                              .value else 'failure')
+                    m.fences.labels(result).observe(
+                        0.0 if started is None else now - started)
+            elif event == ev.EVACUATE_REQUESTED:
+                m.evacuations.labels('requested').inc()
+                server = str(details.get('server'))
+                if len(self._evacuating_since) >= _MAX_TRACKED:
+                    self._evacuating_since.pop(
+                        next(iter(self._evacuating_since)))
+                self._evacuating_since[server] = now
+            elif event in (ev.EVACUATE_DONE, ev.EVACUATE_FAILED):
+                result = 'done' if event == ev.EVACUATE_DONE else 'failed'
+                m.evacuations.labels(result).inc()
+                started = self._evacuating_since.pop(
+                    str(details.get('server')), None)
+                if started is not None:
+                    m.evacuation_duration.labels(result).observe(
+                        now - started)
+            elif event == ev.EVACUATE_REFUSED:
+                m.evacuations.labels('refused').inc()
+                self._evacuating_since.pop(str(details.get('server')), None)
+            elif event == ev.EVACUATE_GAVE_UP:
+                m.evacuations.labels('gave_up').inc()
+            elif event == ev.STEP_ERROR:
+                state = details.get('state')
+                valid = {s.value for s in states.HostState}
+                m.step_errors.labels(state if state in valid else
+                                     'other').inc()
+            elif event == ev.LEADER:
+                m.leadership_changes.labels('gained').inc()
+            elif event == ev.NOT_LEADER:
+                m.leadership_changes.labels('lost').inc()
+        if event == ev.SNAPSHOT_FAILED and self.monitor is not None:
+            self.monitor.snapshot_failed(str(details.get('reason')))
+
+
+class Monitor:
+    """Readiness from the loop's ticks, the engine and the coordinator.
+
+    :param stuck_after: seconds without a finished tick (or with one
+        running), or for a leader without a good cycle, after which the
+        service is not ready.
+    """
+
+    def __init__(self, metrics: Metrics, *, stuck_after: float,
+                 coordinator: ports.Coordinator | None = None,
+                 stopping: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.metrics = metrics
+        self.stuck_after = stuck_after
+        self.coordinator = coordinator
+        self._stopping = stopping or (lambda: False)
+        self._shutting_down = False
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tick_started: float | None = None
+        self._tick_running = False
+        self._last_tick_end: float | None = None
+        self._last_tick_error: str | None = None
+        self._last_good_cycle: float | None = None
+        self._cycle_error: str | None = None
+        self._snapshot_error: str | None = None
+        self._cycles_seen = 0
+        self._plan = None
+        self._hosts: dict[str, int] = {}
+        metrics.registry.register(_LiveCollector(self))
+
+    # -- what the loop reports ---------------------------------------------
+
+    def tick_started(self) -> None:
+        with self._lock:
+            self._tick_started = self._clock()
+            self._tick_running = True
+            self._snapshot_error = None
+
+    def snapshot_failed(self, reason: str) -> None:
+        """The engine could not read Nova this cycle (from its event)."""
+        with self._lock:
+            self._snapshot_error = reason
+
+    def tick_finished(self, engine, error: str | None = None) -> None:
+        """After each tick; ``engine`` is read for cycles, plan and hosts.
+
+        :param error: why the tick raised, if it did.
+        """
+        now = self._clock()
+        cycles = getattr(engine, 'cycles', 0)
+        with self._lock:
+            started = self._tick_started if self._tick_started else now
+            self._tick_running = False
+            self._last_tick_end = now
+            self._last_tick_error = error
+            if cycles != self._cycles_seen:
+                self._cycles_seen = cycles
+                failure = self._snapshot_error or error
+                self.metrics.cycles.labels(
+                    'error' if failure else 'ok').inc()
+                self.metrics.cycle_duration.observe(now - started)
+                if failure:
+                    self._cycle_error = failure
+                else:
+                    self._cycle_error = None
+                    self._last_good_cycle = now
+        plan = getattr(engine, 'plan', None)
+        if plan is not None and plan is not self._plan:
+            self._plan = plan
+            self._count_plan(plan)
+        host_states = getattr(engine, 'host_states', None)
+        if callable(host_states):
+            counts: dict[str, int] = {}
+            for state in host_states().values():
+                key = getattr(state, 'value', str(state))
+                counts[key] = counts.get(key, 0) + 1
+            for state in states.HostState:
+                self.metrics.hosts.labels(state.value).set(
+                    counts.get(state.value, 0))
+            self._hosts = counts
+
+    def _count_plan(self, plan) -> None:
+        from instanceha.engine import plan as plan_mod
+
+        counts = {d.value: 0 for d in plan_mod.Decision}
+        gates_seen = set()
+        for decision in plan.decisions:
+            counts[decision.decision.value] = counts.get(
+                decision.decision.value, 0) + 1
+            if decision.decision is not plan_mod.Decision.BLOCKED:
+                continue
+            for reason in decision.reasons:
+                if reason.startswith('gate '):
+                    gate = reason[len('gate '):].split(':', 1)[0]
+                    gates_seen.add(gate)
+                    self.metrics.gate_blocks.labels(
+                        self.metrics.gate_label(gate)).inc()
+                    break
+        # A gate that blocked the whole plan with no host to name.
+        for why in plan.blocked_by:
+            gate = why.split(':', 1)[0]
+            if gate not in gates_seen:
+                gates_seen.add(gate)
+                self.metrics.gate_blocks.labels(
+                    self.metrics.gate_label(gate)).inc()
+        for decision, n in counts.items():
+            self.metrics.plan_hosts.labels(decision).set(n)
+
+    def begin_shutdown(self) -> None:
+        self._shutting_down = True
+
+    def watch(self, engine) -> None:
+        """Report every ``engine.tick()`` to this monitor.
+
+        Wraps the engine's ``tick`` on this one instance, so the service
+        loop needs no change to be observed.
+        """
+        tick = engine.tick
+
+        def observed_tick():
+            self.tick_started()
+            try:
+                tick()
+            except Exception as exc:
+                self.tick_finished(engine, '%s: %s' % (type(exc).__name__,
+                                                       exc))
+                raise
+            self.tick_finished(engine)
+
+        engine.tick = observed_tick
+
+    # -- what health says --------------------------------------------------
+
+    def _coordination(self):
+        status = getattr(self.coordinator, 'status', None)
+        return status() if callable(status) else None
+
+    def leader(self) -> bool:
+        if self.coordinator is None:
+            return True
+        return bool(self.coordinator.is_leader())
+
+    def shutting_down(self) -> bool:
+        return self._shutting_down or bool(self._stopping())
+
+    def readiness(self) -> tuple[bool, dict]:
+        """(ready, JSON-able details with the reasons when not ready)."""
+        now = self._clock()
+        reasons: list[str] = []
+        coord = self._coordination()
+        leader = self.leader()
+        if self.shutting_down():
+            reasons.append('shutting down')
+        if coord is not None and not coord.connected:
+            reasons.append('coordination %s' % (
+                coord.error or 'backend not connected yet'))
+        with self._lock:
+            running = self._tick_running
+            tick_started = self._tick_started
+            last_end = self._last_tick_end
+            last_good = self._last_good_cycle
+            cycle_error = self._cycle_error
+            tick_error = self._last_tick_error
+            cycles = self._cycles_seen
+        if running and tick_started is not None and (
+                now - tick_started > self.stuck_after):
+            reasons.append('loop stuck: a tick has been running for %d s'
+                           % (now - tick_started))
+        elif last_end is None:
+            reasons.append('loop not started yet')
+        elif now - last_end > self.stuck_after:
+            reasons.append('loop stuck: no tick for %d s' % (now - last_end))
+        if leader:
+            if cycle_error:
+                reasons.append('last cycle failed: %s' % cycle_error)
+            elif last_good is None:
+                reasons.append('no good cycle yet')
+            elif now - last_good > self.stuck_after:
+                reasons.append('no good cycle for %d s' % (now - last_good))
+        body = {
+            'status': 'ready' if not reasons else 'not ready',
+            'reasons': reasons,
+            'role': 'leader' if leader else 'follower',
+            'cycles': cycles,
+            'last_good_cycle_age': (None if last_good is None
+                                    else round(now - last_good, 1)),
+            'last_tick_error': tick_error,
+            'hosts': dict(sorted(self._hosts.items())),
+        }
+        if coord is not None:
+            body['coordination'] = {
+                'member_id': coord.member_id, 'backend': coord.backend,
+                'connected': coord.connected, 'leader': coord.leader,
+                'members': coord.members, 'error': coord.error,
+                'last_loss': coord.last_loss}
+        return not reasons, body
+
+
+class _LiveCollector:
+    """Values read at scrape time: leadership, backend, readiness."""
+
+    def __init__(self, monitor: Monitor):
+        self.monitor = monitor
+
+    def collect(self) -> Iterable[prom_core.Metric]:
+        mon = self.monitor
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_leader', 'Whether this copy is the leader (1) '
+            'and may act.', value=1 if mon.leader() else 0)
+        ready, _ = mon.readiness()
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_ready', 'Whether /healthz reports ready.',
+            value=1 if ready else 0)
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_shutting_down', 'Whether the service is stopping.',
+            value=1 if mon.shutting_down() else 0)
+        coord = mon._coordination()
+        if coord is not None:
+            yield prom_core.GaugeMetricFamily(
+                'instanceha_coordination_backend_up',
+                'Whether the coordination backend answered the last '
+                'heartbeat.', value=1 if coord.connected else 0)
+            if coord.members is not None:
+                yield prom_core.GaugeMetricFamily(
+                    'instanceha_coordination_members',
+                    'Copies of the service in the coordination group.',
+                    value=coord.members)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = 'instanceha-health'
+    monitor: Monitor
+    metrics: Metrics
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        path = self.path.split('?', 1)[0]
+        if path == '/healthz':
+            ready, body = self.monitor.readiness()
+            self._send(200 if ready else 503, 'application/json',
+                       json.dumps(body, sort_keys=True).encode() + b'\n')
+        elif path == '/metrics':
+            self._send(200, exposition.CONTENT_TYPE_LATEST,
+                       self.metrics.render())
+        else:
+            self._send(404, 'text/plain', b'not found: try /healthz or '
+                       b'/metrics\n')
+
+    def _send(self, code: int, ctype: str, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header('Content-Type', ctype)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, fmt, *args):
+        LOG.debug('health: %s %s', self.address_string(), fmt % args)
+
+
+class HealthServer:
+    """Serves /healthz and /metrics from a daemon thread."""
+
+    def __init__(self, monitor: Monitor, metrics: Metrics, *,
+                 listen: str = '127.0.0.1', port: int = 9797):
+        handler = type('Handler', (_Handler,), {'monitor': monitor,
+                                                'metrics': metrics})
+        server_cls = http.server.ThreadingHTTPServer
+        if ':' in listen:
+            server_cls = type('Server6', (server_cls,),
+                              {'address_family': socket.AF_INET6})
+        try:
+            self._server = server_cls((listen, port), handler)
+        except OSError as exc:
+            raise exceptions.ConfigurationError(
+                'options [health] listen = %s, port = %d: cannot serve '
+                'health there: %s' % (listen, port, exc.strerror or exc)
+            ) from None
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name='health-http', daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def start(self) -> None:
+        self._thread.start()
+        LOG.info('health: serving /healthz and /metrics on %s port %d',
+                 self._server.server_address[0], self.port)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def stuck_after(conf) -> float:
+    value = conf.health.stuck_after
+    return float(value) if value else float(max(60, 3 * conf.poll))
+
+
+def service_hook(service) -> Callable[[], None]:
+    """Runner start-up hook: metrics on events, readiness, HTTP server.
+
+    Returns the function that stops the server.
+    """
+    conf = service.engine.conf
+    metrics = Metrics()
+    monitor = Monitor(metrics, stuck_after=stuck_after(conf),
+                      coordinator=service.env.coordinator,
+                      stopping=service.stop.is_set)
+    service.env.events = MetricsEventSink(service.env.events, metrics,
+                                          monitor)
+    monitor.watch(service.engine)
+    service.health = monitor
+    if not conf.health.enabled:
+        LOG.info('health: the HTTP endpoint is off ([health] enabled = '
+                 'false)')
+        return monitor.begin_shutdown
+    server = HealthServer(monitor, metrics, listen=conf.health.listen,
+                          port=conf.health.port)
+    server.start()
+
+    def stop() -> None:
+        monitor.begin_shutdown()
+        server.stop()
+
+    return stop

@@ -1,0 +1,346 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Readiness rules, metrics from events, and the HTTP endpoint.
+
+The engine here is a small stand-in exposing what the monitor reads
+(``tick``, ``cycles``, ``plan``, ``host_states``): the rules are about
+what the loop reports, not about recovery. The HTTP server is real.
+"""
+
+import datetime
+import json
+import urllib.error
+import urllib.request
+
+from prometheus_client import parser
+import testtools
+
+from instanceha.coordination import Status
+from instanceha.engine import events as ev
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import states
+from instanceha import exceptions
+from instanceha import health
+
+S = states.HostState
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeCoordinator:
+    def __init__(self, leader=True, connected=True):
+        self.leader = leader
+        self.connected = connected
+
+    def is_leader(self):
+        return self.leader and self.connected
+
+    def status(self):
+        return Status(member_id='m1', backend='redis://db:6379',
+                      connected=self.connected, leader=self.is_leader(),
+                      error=None if self.connected else
+                      'backend redis://db:6379 unreachable: refused',
+                      last_loss=None, members=2, elections_won=1,
+                      stopping=False)
+
+
+class FakeEngine:
+    def __init__(self, sink=None):
+        self.cycles = 0
+        self.plan = None
+        self.states = {}
+        self.sink = sink
+        self.fail_snapshot = False
+        self.raise_in_tick = None
+
+    def tick(self):
+        self.cycles += 1
+        if self.fail_snapshot:
+            self.sink.emit(ev.SNAPSHOT_FAILED, reason='nova: 503')
+        if self.raise_in_tick:
+            raise self.raise_in_tick
+
+    def host_states(self):
+        return dict(self.states)
+
+
+class RecordingSink:
+    def __init__(self):
+        self.events = []
+
+    def emit(self, event, host=None, **details):
+        self.events.append((event, host, details))
+
+
+class MonitorTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.clock = Clock()
+        self.metrics = health.Metrics()
+        self.coord = FakeCoordinator()
+        self.stopping = False
+        self.monitor = health.Monitor(
+            self.metrics, stuck_after=60, coordinator=self.coord,
+            stopping=lambda: self.stopping, clock=self.clock)
+        self.inner = RecordingSink()
+        self.sink = health.MetricsEventSink(self.inner, self.metrics,
+                                            self.monitor, clock=self.clock)
+        self.engine = FakeEngine(self.sink)
+        self.monitor.watch(self.engine)
+
+    def ready(self):
+        return self.monitor.readiness()
+
+    def value(self, name, **labels):
+        return self.metrics.registry.get_sample_value(name, labels or None)
+
+    def test_not_ready_before_first_cycle(self):
+        ok, body = self.ready()
+        self.assertFalse(ok)
+        self.assertIn('loop not started yet', body['reasons'])
+        self.assertIn('no good cycle yet', body['reasons'])
+
+    def test_ready_after_good_cycle(self):
+        self.engine.tick()
+        ok, body = self.ready()
+        self.assertTrue(ok, body)
+        self.assertEqual('leader', body['role'])
+        self.assertEqual(1.0, self.value('instanceha_cycles_total',
+                                         result='ok'))
+
+    def test_nova_unreachable_not_ready_then_recovers(self):
+        self.engine.tick()
+        self.engine.fail_snapshot = True
+        self.engine.tick()
+        ok, body = self.ready()
+        self.assertFalse(ok)
+        self.assertEqual(['last cycle failed: nova: 503'], body['reasons'])
+        self.assertEqual(1.0, self.value('instanceha_cycles_total',
+                                         result='error'))
+        self.engine.fail_snapshot = False
+        self.engine.tick()
+        self.assertTrue(self.ready()[0])
+
+    def test_backend_unreachable_not_ready(self):
+        self.engine.tick()
+        self.coord.connected = False
+        ok, body = self.ready()
+        self.assertFalse(ok)
+        self.assertIn('coordination backend redis://db:6379 unreachable: '
+                      'refused', body['reasons'])
+        self.assertEqual('follower', body['role'])
+
+    def test_follower_ready_without_cycles(self):
+        self.coord.leader = False
+        self.engine.tick = lambda: None  # a follower's tick reads nothing
+        self.monitor.watch(self.engine)
+        self.engine.tick()
+        ok, body = self.ready()
+        self.assertTrue(ok, body)
+        self.assertEqual('follower', body['role'])
+
+    def test_stuck_tick(self):
+        self.engine.tick()
+        self.monitor.tick_started()
+        self.clock.now += 61
+        ok, body = self.ready()
+        self.assertFalse(ok)
+        self.assertIn('loop stuck: a tick has been running for 61 s',
+                      body['reasons'])
+
+    def test_no_tick_for_too_long(self):
+        self.engine.tick()
+        self.clock.now += 61
+        ok, body = self.ready()
+        self.assertIn('loop stuck: no tick for 61 s', body['reasons'])
+        self.assertIn('no good cycle for 61 s', body['reasons'])
+
+    def test_shutting_down(self):
+        self.engine.tick()
+        self.stopping = True
+        ok, body = self.ready()
+        self.assertEqual((False, ['shutting down']), (ok, body['reasons']))
+        self.assertEqual(1.0, self.value('instanceha_shutting_down'))
+
+    def test_tick_error_recorded_and_raised(self):
+        self.engine.raise_in_tick = exceptions.CloudError('boom')
+        self.assertRaises(exceptions.CloudError, self.engine.tick)
+        ok, body = self.ready()
+        self.assertEqual('CloudError: boom', body['last_tick_error'])
+        self.assertIn('last cycle failed: CloudError: boom', body['reasons'])
+
+    def test_hosts_by_state(self):
+        self.engine.states = {'h1': S.FENCING, 'h2': S.EVACUATING,
+                              'h3': S.EVACUATING}
+        self.engine.tick()
+        self.assertEqual(2.0, self.value('instanceha_hosts',
+                                         state='evacuating'))
+        self.assertEqual(0.0, self.value('instanceha_hosts', state='failed'))
+        self.engine.states = {}
+        self.engine.tick()
+        self.assertEqual(0.0, self.value('instanceha_hosts',
+                                         state='evacuating'))
+
+    def test_plan_and_gate_blocks(self):
+        D = plan_mod.Decision
+        self.engine.plan = plan_mod.Plan(
+            taken_at=datetime.datetime.now(datetime.timezone.utc),
+            decisions=(
+                plan_mod.HostDecision('h1', D.BLOCKED, (
+                    'nova: state down', 'gate threshold: 3 of 4 failed')),
+                plan_mod.HostDecision('h2', D.BLOCKED, (
+                    'gate threshold: 3 of 4 failed',)),
+                plan_mod.HostDecision('h3', D.HEALTHY)),
+            blocked_by=('threshold: 3 of 4 failed',
+                        'hook-veto: maintenance window'))
+        self.engine.tick()
+        self.assertEqual(2.0, self.value('instanceha_gate_blocks_total',
+                                         gate='threshold'))
+        self.assertEqual(1.0, self.value('instanceha_gate_blocks_total',
+                                         gate='hook-veto'))
+        self.assertEqual(2.0, self.value('instanceha_plan_hosts',
+                                         decision='blocked'))
+        # The same plan seen again (no new cycle) is not counted twice.
+        self.engine.tick()
+        self.assertEqual(2.0, self.value('instanceha_gate_blocks_total',
+                                         gate='threshold'))
+
+    def test_gate_labels_are_bounded(self):
+        labels = {self.metrics.gate_label('g%d' % i) for i in range(100)}
+        self.assertEqual(health._MAX_GATES + 1, len(labels))
+        self.assertIn('other', labels)
+
+    def test_fencing_and_evacuation_from_events(self):
+        emit = self.sink.emit
+        emit(ev.HOST_STATE, 'h1', old='suspect', new='fencing')
+        self.clock.now += 4
+        emit(ev.HOST_STATE, 'h1', old='fencing', new='fenced')
+        emit(ev.HOST_STATE, 'h2', old='suspect', new='fencing')
+        emit(ev.HOST_STATE, 'h2', old='fencing', new='fence_failed')
+        emit(ev.EVACUATE_REQUESTED, 'h1', server='s1', target=None,
+             attempt=1)
+        emit(ev.EVACUATE_REQUESTED, 'h1', server='s2', target=None,
+             attempt=1)
+        self.clock.now += 10
+        emit(ev.EVACUATE_DONE, 'h1', server='s1', dest='h3', status='done')
+        emit(ev.EVACUATE_FAILED, 'h1', server='s2', attempt=1, dest='h3',
+             reason='x')
+        emit(ev.EVACUATE_GAVE_UP, 'h1', server='s2', attempts=5, reason='x')
+        emit(ev.STEP_ERROR, 'h1', state='evacuating', reason='x')
+        emit(ev.STEP_ERROR, 'h1', state='bogus', reason='x')
+        emit(ev.LEADER)
+        v = self.value
+        self.assertEqual(1.0, v('instanceha_fence_duration_seconds_count',
+                                result='success'))
+        self.assertEqual(4.0, v('instanceha_fence_duration_seconds_sum',
+                                result='success'))
+        self.assertEqual(1.0, v('instanceha_fence_duration_seconds_count',
+                                result='failure'))
+        self.assertEqual(2.0, v('instanceha_evacuations_total',
+                                result='requested'))
+        self.assertEqual(1.0, v('instanceha_evacuations_total',
+                                result='gave_up'))
+        self.assertEqual(10.0, v('instanceha_evacuation_duration_seconds_sum',
+                                 result='done'))
+        self.assertEqual(1.0, v('instanceha_step_errors_total',
+                                state='other'))
+        self.assertEqual(1.0, v('instanceha_leadership_changes_total',
+                                change='gained'))
+        # Events still reach the log sink, unchanged.
+        self.assertEqual(12, len(self.inner.events))
+        self.assertEqual((ev.EVACUATE_DONE, 'h1', {'server': 's1',
+                                                   'dest': 'h3',
+                                                   'status': 'done'}),
+                         self.inner.events[6])
+
+    def test_no_host_or_instance_label(self):
+        self.sink.emit(ev.HOST_STATE, 'compute-42', old='suspect',
+                       new='fencing')
+        self.sink.emit(ev.EVACUATE_REQUESTED, 'compute-42', server='uuid-1')
+        text = self.metrics.render().decode()
+        self.assertNotIn('compute-42', text)
+        self.assertNotIn('uuid-1', text)
+
+    def test_live_gauges(self):
+        self.engine.tick()
+        self.assertEqual(1.0, self.value('instanceha_leader'))
+        self.assertEqual(1.0, self.value('instanceha_ready'))
+        self.assertEqual(2.0, self.value('instanceha_coordination_members'))
+        self.coord.connected = False
+        self.assertEqual(0.0, self.value('instanceha_leader'))
+        self.assertEqual(0.0, self.value(
+            'instanceha_coordination_backend_up'))
+
+
+class ServerTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.metrics = health.Metrics()
+        self.monitor = health.Monitor(self.metrics, stuck_after=60,
+                                      coordinator=FakeCoordinator())
+        self.server = health.HealthServer(self.monitor, self.metrics,
+                                          listen='127.0.0.1', port=0)
+        self.server.start()
+        self.addCleanup(self.server.stop)
+        self.base = 'http://127.0.0.1:%d' % self.server.port
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=10) as r:
+                return r.status, r.headers['Content-Type'], r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers['Content-Type'], exc.read()
+
+    def test_healthz_503_then_200(self):
+        code, ctype, body = self.get('/healthz')
+        self.assertEqual((503, 'application/json'), (code, ctype))
+        self.assertEqual('not ready', json.loads(body)['status'])
+        engine = FakeEngine()
+        self.monitor.watch(engine)
+        engine.tick()
+        code, _, body = self.get('/healthz')
+        self.assertEqual(200, code, body)
+        data = json.loads(body)
+        self.assertEqual('ready', data['status'])
+        self.assertEqual('redis://db:6379', data['coordination']['backend'])
+
+    def test_metrics_parse_as_prometheus_text(self):
+        code, ctype, body = self.get('/metrics')
+        self.assertEqual(200, code)
+        self.assertIn('text/plain', ctype)
+        names = {f.name for f in
+                 parser.text_string_to_metric_families(body.decode())}
+        for name in ('instanceha_cycles', 'instanceha_cycle_duration_seconds',
+                     'instanceha_hosts', 'instanceha_fence_duration_seconds',
+                     'instanceha_evacuations', 'instanceha_gate_blocks',
+                     'instanceha_leader', 'instanceha_ready'):
+            self.assertIn(name, names)
+
+    def test_unknown_path(self):
+        self.assertEqual(404, self.get('/nope')[0])
+
+    def test_port_in_use_names_the_options(self):
+        err = self.assertRaises(
+            exceptions.ConfigurationError, health.HealthServer,
+            self.monitor, self.metrics, listen='127.0.0.1',
+            port=self.server.port)
+        self.assertIn('[health] listen = 127.0.0.1, port = %d'
+                      % self.server.port, str(err))
