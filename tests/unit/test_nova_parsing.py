@@ -1,0 +1,89 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Nova JSON -> model values, and the adapter's configuration errors.
+
+The HTTP side is tested against a real nova in
+tests/functional/test_nova_cloud.py.
+"""
+
+import datetime
+
+import testtools
+
+from instanceha.cloud import nova
+from instanceha import exceptions
+from tests.unit import test_decide as h
+
+UTC = datetime.timezone.utc
+
+
+class TestParsing(testtools.TestCase):
+
+    def test_time_stamps(self):
+        self.assertEqual(datetime.datetime(2026, 1, 2, 3, 4, 5, 600000,
+                                           tzinfo=UTC),
+                         nova.parse_time('2026-01-02T03:04:05.600000'))
+        self.assertEqual(datetime.datetime(2026, 1, 2, 2, 4, 5, tzinfo=UTC),
+                         nova.parse_time('2026-01-02T03:04:05+01:00'))
+        self.assertEqual(datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+                         nova.parse_time('2026-01-02T03:04:05Z'))
+        for bad in (None, '', 'yesterday', 12, '2026-13-01T00:00:00'):
+            self.assertIsNone(nova.parse_time(bad), bad)
+
+    def test_malformed_service_time_keeps_raw_text(self):
+        svc = nova._service({'id': 'u', 'host': 'h', 'state': 'up',
+                             'status': 'enabled', 'updated_at': 'soon'})
+        self.assertIsNone(svc.updated_at)
+        self.assertEqual('soon', svc.updated_at_raw)
+        svc = nova._service({'id': 'u', 'host': 'h', 'state': 'up',
+                             'status': 'enabled', 'updated_at': None})
+        self.assertEqual((None, None), (svc.updated_at, svc.updated_at_raw))
+
+    def test_server_from_volume_and_embedded_flavor(self):
+        srv = nova._server({
+            'id': 's', 'name': 'n', 'status': 'SHUTOFF', 'image': '',
+            'OS-EXT-SRV-ATTR:host': 'h1', 'locked': True,
+            'tenant_id': 'p', 'metadata': {'k': 'v'},
+            'flavor': {'original_name': 'gold',
+                       'extra_specs': {'evacuable': 'true'}}})
+        self.assertIsNone(srv.image_id)
+        self.assertEqual(('h1', 'gold', {'evacuable': 'true'}, True),
+                         (srv.host, srv.flavor.name,
+                          dict(srv.flavor.extra_specs), srv.locked))
+
+    def test_glance_image_properties(self):
+        img = nova._glance_image({'id': 'i', 'name': 'n', 'tags': ['a'],
+                                  'status': 'active', 'evacuable': 'true',
+                                  'min_ram': 0})
+        self.assertEqual(('a',), img.tags)
+        self.assertEqual({'evacuable': 'true'}, dict(img.properties))
+
+
+class TestConfiguration(testtools.TestCase):
+
+    def test_missing_auth_type(self):
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                nova.NovaCloud, h.make_conf())
+        self.assertIn('[nova] auth_type is not set', str(exc))
+
+    def test_missing_auth_option_named_without_secrets(self):
+        conf = h.make_conf(nova={'auth_type': 'password'})
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                nova.NovaCloud, conf)
+        self.assertIn('[nova] is missing auth option(s) auth_url', str(exc))
+
+    def test_unknown_auth_type(self):
+        conf = h.make_conf(nova={'auth_type': 'pasword'})
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                nova.NovaCloud, conf)
+        self.assertIn('[nova] auth_type', str(exc))
