@@ -53,7 +53,9 @@ class TagFilter(base.Filter):
 
     def __init__(self, conf):
         super().__init__(conf)
-        self._cache: tuple[int, bool] | None = None
+        #: (snapshot, anything tagged?) for the last snapshot seen; the
+        #: snapshot itself, not its id(), which a later one may reuse.
+        self._cache: tuple[model.Snapshot, bool] | None = None
 
     @classmethod
     def get_properties(cls) -> dict[str, str]:
@@ -72,8 +74,8 @@ class TagFilter(base.Filter):
         """True when all_when_none_tagged applies to this snapshot."""
         if not self.conf.tagging.all_when_none_tagged:
             return False
-        if self._cache is None or self._cache[0] != id(snapshot):
-            self._cache = (id(snapshot), self._anything_tagged(snapshot))
+        if self._cache is None or self._cache[0] is not snapshot:
+            self._cache = (snapshot, self._anything_tagged(snapshot))
         return not self._cache[1]
 
 
