@@ -299,18 +299,23 @@ class TestFenceAgent(IpmiTestBase):
         self.assertEqual('off', self.bmcs.power_state('host3'))
 
 
+def run_manage(tmp: str, *args: str) -> subprocess.CompletedProcess:
+    """instanceha-manage fencing validate, as an operator runs it."""
+    conf_path = os.path.join(tmp, 'instanceha.conf')
+    with open(conf_path, 'w') as f:
+        f.write('[fencing]\nconfig_file = %s\ndevice_timeout = 20\n'
+                % os.path.join(tmp, 'fencing.yaml'))
+    return subprocess.run(
+        [sys.executable, '-m', 'instanceha.cmd.manage', '--config-file',
+         conf_path, 'fencing', 'validate', *args], cwd=ROOT,
+        capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL)
+
+
 class TestManageValidate(IpmiTestBase):
 
     def manage(self, *args: str) -> subprocess.CompletedProcess:
-        conf_path = os.path.join(self.tmp, 'instanceha.conf')
-        with open(conf_path, 'w') as f:
-            f.write('[fencing]\nconfig_file = %s\ndevice_timeout = 20\n'
-                    % os.path.join(self.tmp, 'fencing.yaml'))
-        return subprocess.run(
-            [sys.executable, '-m', 'instanceha.cmd.manage', '--config-file',
-             conf_path, 'fencing', 'validate', *args], cwd=ROOT,
-            capture_output=True, text=True, timeout=120,
-            stdin=subprocess.DEVNULL)
+        return run_manage(self.tmp, *args)
 
     def test_reports_each_host(self):
         self.fencing_file({

@@ -227,3 +227,34 @@ class TestRedfishTls(RedfishTestBase):
             'host1', ca_file=cert).power_status())
         self.assertEqual(base.PowerState.ON, self.driver(
             'host1', verify=False).power_status())
+
+
+class TestManageValidateBothEmulators(RedfishTestBase):
+    """The issue's check: IPMI and Redfish hosts, one wrong password."""
+
+    def test_correct_hosts_ok_wrong_password_named(self):
+        ipmi = self.useFixture(peers.IpmiBmcPeer(hosts=1))
+        ipmi_pw = self.secret_file('ipmi.pw', ipmi.password)
+        self.fencing_file({
+            'compute-ipmi': {'driver': 'ipmi', 'address': '127.0.0.1',
+                             'port': ipmi.ports['host1'],
+                             'username': ipmi.username,
+                             'password_file': ipmi_pw},
+            'compute-rf1': self.redfish('host1'),
+            'compute-rf2': self.redfish('host2', password_file=self.bad),
+        })
+        with test_fencing.ProcessWatcher([ipmi.password, self.bmc.password,
+                                          WRONG]) as watch:
+            proc = test_fencing.run_manage(self.tmp)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(1, proc.returncode, proc.stderr)
+        self.assertEqual(['compute-ipmi: OK (level 1: ipmi on)',
+                          'compute-rf1: OK (level 1: redfish on)'],
+                         lines[:2])
+        self.assertTrue(lines[2].startswith(
+            'compute-rf2: FAILED: level 1 device redfish (redfish %s '
+            'system %s): authentication failed' % (
+                self.bmc.url, self.bmc.systems['host2'])), lines[2])
+        self.assertEqual([], watch.leaks)
+        self.assertNoSecret(proc.stdout + proc.stderr, ipmi.password,
+                            self.bmc.password, WRONG)
