@@ -17,8 +17,12 @@ the peers, and a ConfigOpts parsed from it.
 """
 
 import datetime
+import json
 import os
 import tempfile
+import threading
+from urllib import parse
+from wsgiref import simple_server
 
 from oslo_config import cfg
 import testtools
@@ -227,6 +231,58 @@ class TestNovaCloudStub(testtools.TestCase):
         self.assertIn('127.0.0.1:%d' % port, str(exc))
 
 
+class GlanceStandIn(object):
+    """GET /v2/images with Glance's pagination, tags and properties.
+
+    A stand-in, not Glance: no real Glance can run here (nova's test stack
+    only has an in-process fake Glance, reachable through Nova's image
+    proxy, which the other tests use; installing Glance into the shared
+    environment would disturb nova's and keystone's pinned libraries).
+    It exercises what only a Glance endpoint can: discovery through the
+    real keystone catalog, Glance's "next" links and image tags.
+    """
+
+    def __init__(self, images):
+        self.images = images
+        self.tokens = []
+        self.server = simple_server.make_server(
+            '127.0.0.1', 0, self.app, handler_class=_QuietHandler)
+        self.url = 'http://127.0.0.1:%d' % self.server.server_port
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+
+    def app(self, environ, start_response):
+        self.tokens.append(environ.get('HTTP_X_AUTH_TOKEN'))
+        query = dict(parse.parse_qsl(environ.get('QUERY_STRING', '')))
+        if environ['PATH_INFO'] != '/v2/images':
+            start_response('404 Not Found', [])
+            return [b'']
+        limit = int(query.get('limit', 25))
+        ids = [i['id'] for i in self.images]
+        start = ids.index(query['marker']) + 1 if 'marker' in query else 0
+        page = self.images[start:start + limit]
+        body = {'images': page, 'first': '/v2/images',
+                'schema': '/v2/schemas/images'}
+        if start + limit < len(self.images):
+            body['next'] = '/v2/images?marker=%s&limit=%d' % (
+                page[-1]['id'], limit)
+        start_response('200 OK', [('Content-Type', 'application/json')])
+        return [json.dumps(body).encode()]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 class TestNovaCloudKeystone(testtools.TestCase):
     """Real keystone tokens, validated by nova's auth_token middleware."""
 
@@ -279,3 +335,34 @@ class TestNovaCloudKeystone(testtools.TestCase):
         exc = self.assertRaises(exceptions.CloudError, other.snapshot)
         self.assertIn('no compute endpoint in the catalog', str(exc))
         self.assertIn('Nowhere', str(exc))
+
+    def test_image_tags_from_glance_found_in_the_catalog(self):
+        images = [{'id': 'img-%d' % i, 'name': 'image %d' % i,
+                   'status': 'active', 'tags': [], 'visibility': 'public',
+                   'min_ram': 0}
+                  for i in range(5)]
+        images[1]['tags'] = ['evacuable']
+        images[3]['evacuable'] = 'True'
+        with GlanceStandIn(images) as glance:
+            admin = self.keystone.session()
+            ks = self.keystone.auth_url
+            svc = admin.post(ks + '/services', json={'service': {
+                'type': 'image', 'name': 'glance'}}).json()['service']
+            self.addCleanup(admin.delete, ks + '/services/' + svc['id'])
+            admin.post(ks + '/endpoints', json={'endpoint': {
+                'service_id': svc['id'], 'interface': 'public',
+                'url': glance.url, 'region_id': self.keystone.region}})
+            cloud = make_cloud(self, self.peer, self.keystone,
+                               extra='[nova]\npage_size = 2\n')
+            self.assertEqual('glance', cloud.image_source())
+            cloud.api_calls = 0
+            snap = cloud.snapshot(images=True)
+            # services, servers, aggregates + 3 pages of images.
+            self.assertEqual(6, cloud.api_calls)
+        self.assertEqual(['img-%d' % i for i in range(5)],
+                         sorted(snap.images))
+        self.assertEqual(('evacuable',), snap.images['img-1'].tags)
+        self.assertEqual({'evacuable': 'True'},
+                         dict(snap.images['img-3'].properties))
+        self.assertEqual({}, dict(snap.images['img-0'].properties))
+        self.assertTrue(all(glance.tokens), glance.tokens)
