@@ -16,6 +16,8 @@ Checks the fencing file and asks every device of every level of every
 host for its power state (nothing is powered off), printing one line per
 host: ``OK`` with each device's state, or the precise problem (invalid
 entry, authentication failed, unreachable, unknown host, timed out).
+With ``--nova`` it also asks Nova for its compute hosts and reports
+those without an entry (never evacuated) and entries naming no compute.
 Exit status 0 when every host is OK, 1 otherwise, 2 when the file itself
 cannot be used. Run it after every change of the file and of a BMC
 password: a broken fencing device is found now, not during an outage.
@@ -79,6 +81,32 @@ def validate_file(conf: cfg.ConfigOpts, path: str | None = None,
     return [(key, *rows[key]) for key in sorted(rows)]
 
 
+def compare_with_nova(conf: cfg.ConfigOpts,
+                      rows: list[tuple[str, bool, str]], path: str | None
+                      ) -> list[tuple[str, bool, str]]:
+    """Add Nova's view: computes without an entry, entries without a compute.
+
+    A compute host without an entry is never evacuated (R9); an entry
+    that names no compute (a typo, a renamed host) protects nobody.
+    """
+    from instanceha.cloud import nova
+
+    services = nova.NovaCloud(conf).list_services()
+    computes = sorted({s.host for s in services})
+    keys = [key for key, _, _ in rows]
+    result = []
+    for key, ok, text in rows:
+        if config.match_host(key, computes, path or '') is None:
+            ok, text = False, 'unknown host: no nova-compute service of ' \
+                'that name (entry protects nothing); device check: ' + text
+        result.append((key, ok, text))
+    for host in computes:
+        if config.match_host(host, keys, path or '') is None:
+            result.append((host, False, 'NOT CONFIGURED: Nova compute host '
+                           'without a fencing entry: it is never evacuated'))
+    return sorted(result)
+
+
 def _validate(conf: cfg.ConfigOpts) -> int:
     if not conf.debug:
         # sushy logs its own retries and fall-backs at WARNING/ERROR; the
@@ -89,6 +117,8 @@ def _validate(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     rows = validate_file(conf, args.fencing_file, args.fencing_host,
                          args.fencing_parallel)
+    if args.fencing_nova and args.fencing_host is None:
+        rows = compare_with_nova(conf, rows, args.fencing_file)
     if not rows:
         print('%s: no hosts' % (args.fencing_file
                                 or conf.fencing.config_file))
@@ -117,4 +147,8 @@ def add_parsers(subparsers) -> None:
     parser.add_argument('--parallel', dest='fencing_parallel',
                         type=_positive, default=8,
                         help='hosts checked at the same time (default 8)')
+    parser.add_argument('--nova', dest='fencing_nova', action='store_true',
+                        help='also list Nova compute hosts without an entry '
+                        'and entries naming no Nova compute host (reads '
+                        'the [nova] options)')
     parser.set_defaults(func=_validate)

@@ -299,12 +299,13 @@ class TestFenceAgent(IpmiTestBase):
         self.assertEqual('off', self.bmcs.power_state('host3'))
 
 
-def run_manage(tmp: str, *args: str) -> subprocess.CompletedProcess:
+def run_manage(tmp: str, *args: str, extra: str = ''
+               ) -> subprocess.CompletedProcess:
     """instanceha-manage fencing validate, as an operator runs it."""
     conf_path = os.path.join(tmp, 'instanceha.conf')
     with open(conf_path, 'w') as f:
-        f.write('[fencing]\nconfig_file = %s\ndevice_timeout = 20\n'
-                % os.path.join(tmp, 'fencing.yaml'))
+        f.write('[fencing]\nconfig_file = %s\ndevice_timeout = 20\n%s'
+                % (os.path.join(tmp, 'fencing.yaml'), extra))
     return subprocess.run(
         [sys.executable, '-m', 'instanceha.cmd.manage', '--config-file',
          conf_path, 'fencing', 'validate', *args], cwd=ROOT,
@@ -361,3 +362,29 @@ class TestManageValidate(IpmiTestBase):
         proc = self.manage()
         self.assertEqual(2, proc.returncode)
         self.assertIn('[fencing] config_file', proc.stderr)
+
+
+class TestManageValidateWithNova(IpmiTestBase):
+    """--nova compares the file with the real Nova's compute hosts."""
+
+    def test_unconfigured_compute_and_unknown_entry(self):
+        nova = self.useFixture(peers.NovaPeer(hosts=3))
+        self.fencing_file({
+            'host1.example.com': self.ipmi('host1'),
+            'host2': self.ipmi('host2', password_file=self.bad),
+            'hots3': self.ipmi('host3'),
+        })
+        proc = run_manage(self.tmp, '--nova', extra=(
+            '[nova]\nauth_type = none\nendpoint_override = %s\n'
+            % nova.endpoint))
+        self.assertEqual(1, proc.returncode, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(4, len(lines), proc.stdout)
+        self.assertEqual('host1.example.com: OK (level 1: ipmi on)',
+                         lines[0])
+        self.assertIn('host2: FAILED: level 1 device ipmi', lines[1])
+        self.assertEqual('host3: NOT CONFIGURED: Nova compute host without '
+                         'a fencing entry: it is never evacuated', lines[2])
+        self.assertTrue(lines[3].startswith(
+            'hots3: unknown host: no nova-compute service of that name'),
+            lines[3])
