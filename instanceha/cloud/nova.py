@@ -262,6 +262,10 @@ class NovaCloud(ports.CloudPort):
             hint = ''
             if resp.status_code == 401:
                 hint = ' (token refused even after re-authenticating)'
+            elif resp.status_code == 406:
+                hint = (' (this Nova does not offer compute API '
+                        'microversion %s, which instanceha needs)'
+                        % kwargs.get('microversion', MICROVERSION))
             elif resp.status_code == 403:
                 hint = (' (the [nova] user needs the admin role for '
                         'this call)')
