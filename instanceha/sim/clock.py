@@ -13,20 +13,25 @@
 """Simulated time.
 
 The clock only moves when the simulation moves it, so a run is exactly
-reproducible and an hour of outage takes milliseconds. Work running as an
-executor job gets its own "job time": a driver sleeping inside a job
-(polling a BMC, waiting out a timeout) makes that job last longer in
-simulated time without moving the world's clock, which is how a job's
-duration is measured without threads.
+reproducible and an hour of outage takes milliseconds. A job of the
+simulated executor that sleeps (a driver polling a BMC, waiting out a
+timeout) hands control back and is resumed when the simulation reaches
+its wake-up time (see :mod:`instanceha.sim.executor`).
 """
 
 from collections.abc import Callable
 import datetime
+import threading
 
 from instanceha.engine import ports
 
 #: Simulated time zero. Any fixed instant works; this one reads well.
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+#: The simulated executor's job running in this thread, if any.
+current_job = threading.local()
+current_job.job = None
 
 
 class SimClock(ports.Clock):
@@ -35,21 +40,16 @@ class SimClock(ports.Clock):
     def __init__(self, start: datetime.datetime = EPOCH):
         self.start = start
         self._t = 0.0
-        #: Seconds slept by the job running now; None outside jobs.
-        self._job: float | None = None
         #: Called instead of moving time directly when someone sleeps
         #: outside a job, so the simulation can let the world move too.
         self.on_sleep: Callable[[float], None] | None = None
 
     @property
     def t(self) -> float:
-        """Seconds since ``start`` as seen by the caller (job time in jobs)."""
-        return self._t + (self._job or 0.0)
-
-    @property
-    def world_t(self) -> float:
-        """Seconds since ``start`` for the world, ignoring job time."""
+        """Seconds since ``start``."""
         return self._t
+
+    world_t = t
 
     def advance_to(self, t: float) -> None:
         if t < self._t:
@@ -69,19 +69,10 @@ class SimClock(ports.Clock):
     def sleep(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError('cannot sleep %s seconds' % seconds)
-        if self._job is not None:
-            self._job += seconds
+        job = getattr(current_job, 'job', None)
+        if job is not None:
+            job.sleep(seconds)
         elif self.on_sleep is not None:
             self.on_sleep(seconds)
         else:
             self._t += seconds
-
-    def begin_job(self) -> None:
-        if self._job is not None:
-            raise RuntimeError('a simulated job started inside another')
-        self._job = 0.0
-
-    def end_job(self) -> float:
-        """Leave job time; return how long the job slept."""
-        spent, self._job = self._job or 0.0, None
-        return spent

@@ -10,31 +10,43 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A deterministic executor: jobs finish in simulated time, no threads.
+"""A deterministic executor: jobs run in simulated time, one at a time.
 
-A job runs to the end the moment it gets a worker slot, in job time (see
-:mod:`instanceha.sim.clock`): its side effects (a BMC command) happen at
-its start, and it lasts as long as it slept. Its future is completed only
-when the world's clock reaches start + duration, so the engine sees a
-slow fence exactly as slow as the simulated device made it. Like the
-production thread pool, at most ``workers`` jobs run at once; others wait
-for a slot in submission order.
+A job (a fence, a Nova update, an evacuation step) is ordinary blocking
+code. Each runs on its own thread, but the threads are used as
+coroutines: exactly one thread runs at any moment and control is handed
+over explicitly. A job runs from its submission until it sleeps on the
+simulated clock (a driver polling a BMC, waiting out a timeout); it is
+resumed when the simulation reaches its wake-up time, after the world has
+caught up with everything that happens meanwhile (a timeline command, a
+BMC finishing its power change, a poll of the engine). So every side
+effect of a job happens at the simulated moment it would happen in
+production, and every run is identical. Like the production pool, at
+most ``workers`` jobs run at once; others wait in submission order.
 """
 
 from collections.abc import Callable
 import concurrent.futures
-import heapq
 import itertools
+import threading
 
 from instanceha.engine import ports
 from instanceha.sim import clock as sim_clock
 
 
+class Abandoned(BaseException):
+    """Raised inside a job whose service crashed: unwind, finish nothing.
+
+    A BaseException so that no ``except Exception`` in driver or engine
+    code mistakes it for a failure to handle.
+    """
+
+
 class SimFuture(concurrent.futures.Future):
     """A future that refuses to be waited on before it is done.
 
-    The engine must never block on a job; in a single-threaded simulation
-    a blocking wait would hang forever, so it fails loudly instead.
+    The engine must never block on a job; in a simulation a blocking wait
+    would hang forever, so it fails loudly instead.
     """
 
     def result(self, timeout=None):
@@ -50,70 +62,126 @@ class SimFuture(concurrent.futures.Future):
         return super().exception(timeout)
 
 
+class _Job:
+    def __init__(self, executor: 'SimExecutor', seq: int, fut: SimFuture,
+                 fn: Callable, args: tuple, kwargs: dict):
+        self.executor = executor
+        self.seq = seq
+        self.fut = fut
+        self.call = (fn, args, kwargs)
+        self.wake: float | None = None
+        self.done = False
+        self.abandoned = False
+        self._go = threading.Event()
+        self._back = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True,
+                                        name='sim-job-%d' % seq)
+
+    # --- in the job's thread ---------------------------------------------
+
+    def _main(self) -> None:
+        self._go.wait()
+        self._go.clear()
+        sim_clock.current_job.job = self
+        fn, args, kwargs = self.call
+        try:
+            if self.abandoned:
+                raise Abandoned()
+            result = fn(*args, **kwargs)
+        except Abandoned:
+            pass
+        except BaseException as exc:  # handed to the engine
+            self.fut.set_exception(exc)
+        else:
+            self.fut.set_result(result)
+        finally:
+            self.done = True
+            self._back.set()
+
+    def sleep(self, seconds: float) -> None:
+        """Give control back until the world reaches now + seconds."""
+        self.wake = self.executor.clock.world_t + seconds
+        self._back.set()
+        self._go.wait()
+        self._go.clear()
+        self.wake = None
+        if self.abandoned:
+            raise Abandoned()
+
+    # --- in the simulation's thread ----------------------------------------
+
+    def resume(self) -> None:
+        if self.executor.on_start:
+            self.executor.on_start()
+        self._back.clear()
+        if not self._thread.is_alive() and not self.done:
+            self._thread.start()
+        self._go.set()
+        self._back.wait()
+
+
 class SimExecutor(ports.Executor):
     """Runs jobs in simulated time on ``workers`` simulated slots."""
-
-    #: Even a job that never sleeps takes this long (a round trip).
-    MIN_DURATION = 1.0
 
     def __init__(self, clock: sim_clock.SimClock, workers: int = 4,
                  on_start: Callable[[], None] | None = None):
         self.clock = clock
         self.workers = workers
-        #: Called before each job runs (the simulation names the actor).
+        #: Called before a job runs or resumes (the simulation names the
+        #: copy of the service acting).
         self.on_start = on_start
         self._seq = itertools.count()
-        self._queued: list[tuple[SimFuture, Callable, tuple, dict]] = []
-        self._running: list = []
+        self._queued: list[_Job] = []
+        self._running: list[_Job] = []
         self.jobs_run = 0
 
     def submit(self, fn: Callable, *args, **kwargs) -> SimFuture:
         fut = SimFuture()
-        self._queued.append((fut, fn, args, kwargs))
-        self._start_queued()
+        fut.set_running_or_notify_cancel()
+        self._queued.append(_Job(self, next(self._seq), fut, fn, args,
+                                 kwargs))
+        if getattr(sim_clock.current_job, 'job', None) is None:
+            self._start_queued()
         return fut
 
     def _start_queued(self) -> None:
         while self._queued and len(self._running) < self.workers:
-            fut, fn, args, kwargs = self._queued.pop(0)
-            if not fut.set_running_or_notify_cancel():
-                continue
-            if self.on_start:
-                self.on_start()
-            start = self.clock.world_t
-            self.clock.begin_job()
-            result = exc = None
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as e:
-                exc = e
-            finally:
-                spent = self.clock.end_job()
+            job = self._queued.pop(0)
+            self._running.append(job)
             self.jobs_run += 1
-            due = start + max(spent, self.MIN_DURATION)
-            heapq.heappush(self._running,
-                           (due, next(self._seq), fut, result, exc))
+            job.resume()
+            self._reap()
+
+    def _reap(self) -> None:
+        self._running = [j for j in self._running if not j.done]
 
     def next_due(self) -> float | None:
-        """When the next running job finishes; None when idle."""
-        return self._running[0][0] if self._running else None
+        """When the next sleeping job wakes up; None when idle."""
+        wakes = [j.wake for j in self._running if j.wake is not None]
+        return min(wakes) if wakes else None
 
     def complete_due(self) -> int:
-        """Finish every job due by now, start waiting ones; return count."""
-        done = 0
-        while self._running and self._running[0][0] <= self.clock.world_t:
-            _, _, fut, result, exc = heapq.heappop(self._running)
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
-            done += 1
+        """Resume every job due by now (in wake-up order); count them."""
+        resumed = 0
+        while True:
+            due = [j for j in self._running if j.wake is not None
+                   and j.wake <= self.clock.world_t]
+            if not due:
+                break
+            job = min(due, key=lambda j: (j.wake, j.seq))
+            job.resume()
+            resumed += 1
+            self._reap()
             self._start_queued()
-        return done
+        self._start_queued()
+        return resumed
 
     def abandon(self) -> None:
-        """Drop every job (the service crashed): futures never finish."""
+        """The service crashed: unwind its jobs; their futures never end."""
         self._queued.clear()
+        for job in list(self._running):
+            job.abandoned = True
+            job.resume()
         self._running.clear()
 
     @property

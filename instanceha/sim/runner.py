@@ -49,6 +49,11 @@ TIME_MODULES = (
 )
 
 
+#: File options that a scenario's config gives relative to its directory.
+RELATIVE_PATHS = (('fencing', 'config_file'), ('heartbeat', 'key_file'),
+                  ('heartbeat', 'previous_key_file'))
+
+
 class _SimTime:
     """Stands in for the ``time`` module: monotonic and sleep simulated."""
 
@@ -116,8 +121,7 @@ class GateSpy:
     """Wraps a gate to learn which hosts it blocked this cycle.
 
     The invariant "no action while a gate blocks" is checked against
-    what the gates actually said, not against what the engine logged; and
-    the story shows each gate's verdict when it changes.
+    what the gates actually said, not against what the engine logged.
     """
 
     def __init__(self, gate, copy: 'Copy'):
@@ -128,15 +132,9 @@ class GateSpy:
         verdict = self._gate.check(ctx, *args, **kwargs)
         candidates = frozenset(getattr(ctx, 'candidates', ()) or ())
         if verdict.block_all:
-            hosts, reason = candidates, verdict.block_all
-        else:
-            hosts = frozenset(h for h in verdict.blocked_hosts
-                              if not candidates or h in candidates)
-            reason = '; '.join('%s: %s' % (h, verdict.blocked_hosts[h])
-                               for h in sorted(hosts))
-        if hosts:
-            self._copy.blocked.update(hosts)
-            self._copy.verdicts[self._gate.name] = (hosts, reason)
+            self._copy.blocked.update(candidates)
+        self._copy.blocked.update(h for h in verdict.blocked_hosts
+                                  if not candidates or h in candidates)
         return verdict
 
     def __getattr__(self, name):
@@ -171,14 +169,12 @@ class Copy:
     interval: float = 45.0
     #: Hosts the gates blocked in this copy's latest cycle.
     blocked: set = dataclasses.field(default_factory=set)
-    #: gate -> (hosts, reason) of this cycle, and as last logged.
-    verdicts: dict = dataclasses.field(default_factory=dict)
-    logged: dict = dataclasses.field(default_factory=dict)
+    #: host -> decision in this copy's latest plan, as logged.
+    decisions: dict = dataclasses.field(default_factory=dict)
     cycled: bool = False
 
     def new_cycle(self) -> None:
         self.blocked.clear()
-        self.verdicts = {}
         self.cycled = True
 
     @property
@@ -197,7 +193,6 @@ class Simulation:
         self.log = sim_events.EventLog(self.clock)
         self.world = sim_scenario.build_world(sc, self.clock, self.log)
         self.cloud = sim_world.SimCloud(self.world)
-        self.kdump = sim_world.SimKdumpWatch(self.world)
         settings = sc.settings
         self.end = float(settings.get('end', 900))
         self.election = sim_coord.Election(
@@ -233,10 +228,13 @@ class Simulation:
         except (cfg.Error, ValueError) as exc:
             raise exceptions.ConfigurationError(
                 '%s: %s' % (sc.config_file, exc)) from None
-        fencing_file = conf.fencing.config_file
-        if not os.path.isabs(fencing_file):
-            conf.set_override('config_file',
-                              os.path.join(sc.path, fencing_file), 'fencing')
+        for group, name in RELATIVE_PATHS:
+            try:
+                value = conf[group][name]
+            except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+                continue
+            if value and not os.path.isabs(value):
+                conf.set_override(name, os.path.join(sc.path, value), group)
         for group, name, value in self.overrides:
             conf.set_override(name, value, group)
         ha_conf.validate(conf)
@@ -248,8 +246,9 @@ class Simulation:
             return
         conf = self.make_conf()
         drivers = loader.load_configured(conf)
+        kdump = self._simulate_listeners(drivers, conf)
         copy.blocked = self.world.blocked.setdefault(name, set())
-        copy.logged = {}
+        copy.decisions = {}
         drivers.gates = [GateSpy(g, copy) for g in drivers.gates]
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
@@ -258,10 +257,14 @@ class Simulation:
             fencer=self._fencer_factory(conf),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
-            executor=copy.executor, kdump=self.kdump)
+            executor=copy.executor, kdump=kdump)
         self.world.actor = name
         factory = self._engine_factory or engine_class()
-        copy.engine = factory(conf, drivers, env)
+        try:
+            copy.engine = factory(conf, drivers, env,
+                                  planner=self._planner(copy, drivers, conf))
+        except TypeError:
+            copy.engine = factory(conf, drivers, env)
         copy.conf = conf
         copy.interval = float(self.scenario.settings.get(
             'tick', conf.tick_interval))
@@ -271,6 +274,31 @@ class Simulation:
         else:
             self.readonly.discard(name)
         self.election.join(name)
+
+    def _simulate_listeners(self, drivers, conf) -> ports.KdumpWatch | None:
+        """Give the heartbeat and kdump detectors simulated listeners.
+
+        The detectors themselves run unchanged; they are given a listener
+        (their test hook) that reports what the world's hosts sent instead
+        of opening UDP sockets. Like the service, the kdump detector is
+        the engine's KdumpWatch when ``[kdump] check_kdump`` is on.
+        """
+        watch = None
+        for det in drivers.detectors:
+            kind = type(det).__name__
+            if kind == 'KdumpDetector':
+                det.listener = sim_world.SimKdumpListener(self.world)
+                det._own_listener = False
+                watch = det
+            elif kind == 'HeartbeatDetector':
+                det.listener = sim_world.SimHeartbeatListener(self.world)
+        try:
+            check = conf.kdump.check_kdump
+        except cfg.NoSuchOptError:
+            check = False
+        if check and watch is None:
+            watch = sim_world.SimKdumpWatch(self.world)
+        return watch if check else None
 
     def stop(self, name: str, crashed: bool = False) -> None:
         copy = self.copies[name]
@@ -294,19 +322,33 @@ class Simulation:
             self.tick_stats.append((_time.perf_counter() - wall,
                                     _time.process_time() - cpu,
                                     self.cloud.api_calls - calls))
-            self._log_gates(copy)
 
-    def _log_gates(self, copy: Copy) -> None:
-        for gate in sorted(set(copy.verdicts) | set(copy.logged)):
-            now, before = copy.verdicts.get(gate), copy.logged.get(gate)
-            if now == before:
-                continue
-            if now:
-                self.log.record('gate', 'gate_blocked', None, gate=gate,
-                                hosts=sorted(now[0]), reason=now[1])
-            else:
-                self.log.record('gate', 'gate_cleared', None, gate=gate)
-        copy.logged = dict(copy.verdicts)
+    def _planner(self, copy: Copy, drivers, conf) -> Callable:
+        """The engine's default planner, telling the log what it decided.
+
+        The engine logs its plan at debug level only; the story needs the
+        decisions that lead to no action (ignored, blocked, isolated) as
+        much as those that do. A host is mentioned when its decision
+        changes (healthy hosts only when they stop or start being healthy).
+        """
+        from instanceha.engine import decide
+
+        def plan(snapshot, now, recovering):
+            result = decide.make_plan(snapshot, drivers, conf, now,
+                                      recovering=recovering)
+            seen = {}
+            for d in result.decisions:
+                decision = getattr(d.decision, 'value', d.decision)
+                seen[d.host] = decision
+                if decision == copy.decisions.get(d.host, 'healthy'):
+                    continue
+                details = {}
+                if decision != 'healthy':
+                    details['reasons'] = '; '.join(d.reasons)
+                self.log.record('plan', decision, d.host, **details)
+            copy.decisions = seen
+            return result
+        return plan
 
     # --- timeline ----------------------------------------------------------
 
@@ -335,6 +377,9 @@ class Simulation:
         elif name in ('cut-network', 'restore-network'):
             need(1)
             w.set_network(host, name == 'restore-network')
+        elif name in ('isolate', 'unisolate'):
+            need(1)
+            w.set_nova_link(host, name == 'unisolate')
         elif name in ('stop-compute', 'start-compute'):
             need(1)
             w.set_compute(host, name == 'start-compute')

@@ -51,6 +51,9 @@ COMMANDS = {
               '(default 120), then reboot'),
     'cut-network': ('HOST', 'cut the host\'s control-plane network'),
     'restore-network': ('HOST', 'restore it'),
+    'isolate': ('HOST', 'cut only the link to Nova: nova-compute looks '
+                'dead, the host\'s own heartbeat agent still gets through'),
+    'unisolate': ('HOST', 'restore the link to Nova'),
     'stop-compute': ('HOST', 'stop nova-compute (guests keep running)'),
     'start-compute': ('HOST', 'start nova-compute again'),
     'bmc': ('DEVICE BEHAVIOUR', 'make a fencing device behave: %s'

@@ -31,6 +31,9 @@ _COMMANDS = {
              '({seconds:g} s)',
     'cut-network': '{host} is cut off from the control plane network',
     'restore-network': '{host} is reachable again',
+    'isolate': '{host} loses its link to Nova (its own heartbeat still '
+               'gets through)',
+    'unisolate': '{host} reaches Nova again',
     'stop-compute': 'nova-compute stops on {host} (its instances keep '
                     'running)',
     'start-compute': 'nova-compute starts again on {host}',
@@ -123,14 +126,14 @@ class Story:
             return ('a simulated cloud with {hosts} compute hosts and '
                     '{instances} instances; instanceha is watching it'
                     .format(**d))
-        if ev.source == 'gate':
-            if e == 'gate_blocked':
-                return ('gate {gate} blocks recovery of {hosts}: {reason}'
-                        .format(**d))
-            return 'gate {gate} no longer blocks anything'.format(**d)
+        if ev.source == 'plan':
+            return self._plan(ev, d)
         if ev.source == 'coord':
             return 'leader election: %s leads' % d['copy']
         if ev.source == 'bmc':
+            if e.startswith('now_'):
+                return 'fencing device %s: %s is now powered %s' % (
+                    d.get('device'), ev.host, e[4:])
             return 'fencing device %s: power %s requested' % (
                 d.get('device'), e.split('_', 1)[-1])
         if ev.source == 'host' and e == 'booted':
@@ -144,6 +147,20 @@ class Story:
         if ev.source == 'final':
             return self._final(ev, d)
         return self._engine(ev, d)
+
+    def _plan(self, ev, d) -> str:
+        decision, why = ev.event, d.get('reasons', '')
+        text = {
+            'healthy': '{host} is healthy again',
+            'ignored': '{host} is out of scope, left alone: {why}',
+            'blocked': 'recovery of {host} is BLOCKED: {why}',
+            'isolated': '{host} is isolated, not dead (its witnesses '
+                        'disagree): no action. {why}',
+            'unknown': 'cannot tell whether {host} is alive: {why}',
+            'recover': 'plan: recover {host}',
+            'recovering': 'plan: {host} is being recovered',
+        }.get(decision, '{host}: {decision} {why}')
+        return text.format(host=ev.host, decision=decision, why=why)
 
     def _nova(self, ev, d) -> str:
         if ev.event == 'rebuilt':

@@ -83,6 +83,7 @@ class Timing:
     bmc_on_delay: float = 4.0
     bmc_slow_delay: float = 90.0
     kdump_interval: float = 10.0
+    agent_interval: float = 5.0
 
 
 @dataclasses.dataclass
@@ -102,6 +103,12 @@ class Host:
     os_running: bool = True
     compute_running: bool = True
     network_ok: bool = True
+    #: Only the link to Nova's control plane (isolate): nova-compute's
+    #: heartbeats stop, the host's own heartbeat agent still gets through.
+    nova_link_ok: bool = True
+    #: The heartbeat agent sends since (None: silent); last packet.
+    agent_since: float | None = 0.0
+    agent_last: float | None = None
     #: Heartbeating since (None: not heartbeating).
     hb_since: float | None = 0.0
     #: Last heartbeat Nova received (when not heartbeating).
@@ -120,9 +127,13 @@ class Host:
                                     or any(self.outlets.values()))
 
     @property
+    def agent_alive(self) -> bool:
+        return self.powered and self.os_running and self.network_ok
+
+    @property
     def beating(self) -> bool:
-        return (self.powered and self.os_running and self.compute_running
-                and self.network_ok)
+        return (self.agent_alive and self.compute_running
+                and self.nova_link_ok)
 
 
 @dataclasses.dataclass
@@ -281,6 +292,20 @@ class World:
             self._stop_heartbeat(h)
         elif h.hb_since is None:
             h.hb_since = self.clock.t
+        if not h.agent_alive:
+            if h.agent_since is not None:
+                h.agent_last = self.agent_last(h)
+                h.agent_since = None
+        elif h.agent_since is None:
+            h.agent_since = self.clock.t
+
+    def agent_last(self, h: Host) -> float | None:
+        """When the host's heartbeat agent last got a packet through."""
+        if h.agent_since is None:
+            return h.agent_last
+        ai = self.timing.agent_interval
+        return h.agent_since + math.floor(
+            (self.clock.t - h.agent_since) / ai) * ai
 
     def _guests_stop(self, h: Host) -> None:
         for srv in self.servers.values():
@@ -306,7 +331,6 @@ class World:
             return
         h.os_running = True
         h.compute_running = True
-        h.kdump_start = h.kdump_end = None
         h.episode += 1
         # nova-compute's init_host: evacuated guests are destroyed, and
         # the power-state sync stops the ones whose guest did not survive.
@@ -315,7 +339,8 @@ class World:
                 mig.status = 'completed'
                 mig.updated_at = self.clock.t
         for srv in self.servers.values():
-            if srv.host == h.name and srv.status == 'ACTIVE':
+            if (srv.host == h.name and srv.status == 'ACTIVE'
+                    and not srv.task_state):
                 srv.status = 'SHUTOFF'
                 self._changed(srv)
                 self.say('nova', 'power_synced', h.name, server=srv.name,
@@ -350,7 +375,6 @@ class World:
         def reboot():
             # kdump's default action once the dump is written: reboot.
             if h.boot_token == token and h.powered:
-                h.kdump_end = None
                 self.say('host', 'kdump_finished_rebooting', host)
                 h.boot_token += 1
                 new = h.boot_token
@@ -377,6 +401,11 @@ class World:
     def set_network(self, host: str, ok: bool) -> None:
         h = self.host(host)
         h.network_ok = ok
+        self._refresh(h)
+
+    def set_nova_link(self, host: str, ok: bool) -> None:
+        h = self.host(host)
+        h.nova_link_ok = ok
         self._refresh(h)
 
     def set_compute(self, host: str, running: bool) -> None:
@@ -414,7 +443,10 @@ class World:
         if cached is None:
             fl = self.flavors[srv.flavor]
             cached = model.Server(
-                id=srv.id, name=srv.name, host=srv.host, status=srv.status,
+                id=srv.id, name=srv.name, host=srv.host,
+                # Nova shows the task, not the vm_state, while rebuilding.
+                status=('REBUILD' if srv.task_state == 'rebuilding'
+                        else srv.status),
                 flavor=model.Flavor(fl.name, dict(fl.extra_specs)),
                 image_id=srv.image_id, task_state=srv.task_state,
                 metadata=dict(srv.metadata), locked=srv.locked,
@@ -467,15 +499,26 @@ class World:
         was = h.powered
         if dev.kind == 'outlet':
             h.outlets[dev.name] = on
+            if on and not was:
+                # Power restore policy "always on": power back at the
+                # outlet boots the server.
+                h.chassis_on = True
         else:
             h.chassis_on = on
         self._power_changed(h, was)
 
-    def _apply_pending(self, dev: Device) -> None:
-        if dev.pending and self.clock.t >= dev.pending[1]:
+    def _apply_pending(self, dev: Device, due: float) -> None:
+        """The device reaches the state it was asked for (a world event)."""
+        if dev.pending and dev.pending[1] == due:
             on = dev.pending[0] == 'on'
             dev.pending = None
+            before = self.device_power(dev)
             self._device_set(dev, on)
+            if self.device_power(dev) != before:
+                self.say('bmc', 'now_%s' % ('on' if on else 'off'),
+                         dev.host, device=dev.name)
+            if not on:
+                self.confirm_fenced(dev.host)
 
     def _fault(self, dev: Device, remaining: float) -> None:
         """Fail the way a misbehaving device fails, after its delay."""
@@ -496,7 +539,6 @@ class World:
         """The power state a device reports (time passes in the job)."""
         dev = self.device(name)
         self._fault(dev, remaining)
-        self._apply_pending(dev)
         state = self.device_power(dev)
         if state == 'off':
             self.confirm_fenced(dev.host)
@@ -519,7 +561,7 @@ class World:
                  t.bmc_off_delay if state == 'off' else t.bmc_on_delay)
         due = self.clock.t + delay
         dev.pending = (state, due)
-        self.at(due, lambda: self._apply_pending(dev))
+        self.at(due, lambda: self._apply_pending(dev, due))
 
     # --- Nova API (used through SimCloud) -------------------------------
 
@@ -777,6 +819,66 @@ class SimCloud(ports.CloudPort):
         srv.status = state.upper()
         srv.task_state = None
         self.world._changed(srv)
+
+
+class SimKdumpListener:
+    """Stands in for the kdump detector's UDP listener.
+
+    The real kdump detector runs unchanged; only what it would have heard
+    from fence_kdump_send comes from the world.
+    """
+
+    def __init__(self, world: World):
+        self.world = world
+        self.started_at = world.clock.monotonic()
+
+    def set_known_hosts(self, hosts) -> None:
+        pass
+
+    def last_message(self, host: str) -> datetime.datetime | None:
+        return self.world.kdump_last_message(host)
+
+    def record(self, host: str):
+        from instanceha.heartbeat import listener
+        last = self.last_message(host)
+        if last is None:
+            return None
+        h = self.world.hosts[host]
+        first = self.world.clock.at(h.kdump_start)
+        count = 1 + int((last - first).total_seconds()
+                        // self.world.timing.kdump_interval)
+        return listener.KdumpRecord(first=first, last=last, count=count,
+                                    address='192.0.2.%s' % h.id)
+
+    def stop(self) -> None:
+        pass
+
+
+class SimHeartbeatListener:
+    """Stands in for the heartbeat detector's UDP listener (R15)."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.started_at = world.clock.monotonic()
+
+    def now(self) -> float:
+        return self.world.clock.monotonic()
+
+    def set_known_hosts(self, hosts) -> None:
+        pass
+
+    def age(self, host: str) -> float | None:
+        h = self.world.hosts.get(host)
+        last = None if h is None else self.world.agent_last(h)
+        if last is None or last < self.started_at:
+            return None
+        return self.now() - last
+
+    def record(self, host: str):
+        return None
+
+    def stop(self) -> None:
+        pass
 
 
 class SimKdumpWatch(ports.KdumpWatch):
