@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         common.setup(PROG, argv, conf)
         drivers = loader.load_configured(conf)
         from instanceha.engine import runner
+        from instanceha import health
+        if health.service_hook not in runner.STARTUP_HOOKS:
+            runner.STARTUP_HOOKS.append(health.service_hook)
         return runner.run(conf, drivers)
 
     return common.run(PROG, body)
