@@ -71,7 +71,7 @@ class ProcessWatcher(threading.Thread):
         self.done = threading.Event()
 
     def run(self):
-        while not self.done.is_set():
+        while not self.done.wait(0.002):
             seen, leaks = scan_cmdlines(self.secrets)
             self.seen |= seen
             self.leaks += leaks

@@ -23,6 +23,7 @@ import sys
 import time
 
 import fixtures
+import redis
 import requests
 import testtools
 from tooz import coordination
@@ -78,13 +79,20 @@ class TestNovaPeer(testtools.TestCase):
         svc = nova.services.list(host='host1', binary='nova-compute')[0]
         nova.services.force_down(svc.id, True)
         nova.servers.evacuate(server.id)
-        moved = peer.wait_for_server(server.id, 'ACTIVE')
+        migration, moved = peer.wait_for_evacuation(server.id)
+        self.assertEqual('done', migration.status)
+        self.assertEqual('ACTIVE', moved.status)
         self.assertNotEqual('host1', getattr(moved, 'OS-EXT-SRV-ATTR:host'))
 
         peer.control.revive('host1')
         nova.services.force_down(svc.id, False)
         peer.wait_for_service('host1', 'up')
         self.assertTrue(peer.control.computes()['host1']['running'])
+        # The restarted compute cleans up the evacuated instance.
+        base.wait_until(
+            lambda: nova.migrations.list(
+                instance_uuid=server.id)[0].status == 'completed',
+            30, what='evacuation migration completed')
 
     def test_fail_spawn_fails_the_evacuation(self):
         peer = self.useFixture(peers.NovaPeer(hosts=2))
@@ -102,9 +110,11 @@ class TestNovaPeer(testtools.TestCase):
         peer.control.fail_spawn('host2')
         self.assertEqual(1, peer.control.computes()['host2']['fail_spawn'])
         nova.servers.evacuate(server.id)
-        peer.wait_for_server(server.id, 'ERROR')
-        migs = nova.migrations.list(instance_uuid=server.id)
-        self.assertEqual(['failed'], [m.status for m in migs])
+        migration, _ = peer.wait_for_evacuation(server.id,
+                                                expect=('failed',))
+        self.assertEqual('failed', migration.status)
+        failed = peer.wait_for_server(server.id, 'ERROR', timeout=10)
+        self.assertIn('injected spawn failure', failed.fault['message'])
         self.assertEqual(0, peer.control.computes()['host2']['fail_spawn'])
 
     def test_start_failure_is_reported(self):
@@ -261,28 +271,31 @@ class TestRedfishPeer(testtools.TestCase):
 
 
 class _ToozBackendTests(object):
-    """tooz locks work, fail while the backend is away, work once back."""
+    """tooz locks work, the backend can go away, they work once it's back."""
 
     peer_class = None
 
     def test_lock_stop_start(self):
-        peer = self.useFixture(self.peer_class())
+        peer = self.peer = self.useFixture(self.peer_class())
         coord = coordination.get_coordinator(peer.url, b'member-1')
         coord.start(start_heart=False)
         self.addCleanup(self._stop_quietly, coord)
-        lock = coord.get_lock(b'instanceha-test')
-        self.assertTrue(lock.acquire(blocking=False))
-        lock.release()
+        self.assertTrue(self._try_lock(coord, b'before'))
 
         peer.stop()
-        self.assertRaises(coordination.ToozError, self._try_lock, coord)
+        self.assertFalse(base.port_open(peer.port))
+        self.assert_backend_unusable(coord)
 
         peer.start()
-        self.assertTrue(self._try_lock(coord))
+        self.assertTrue(self._try_lock(coord, b'after'))
+
+    def assert_backend_unusable(self, coord):
+        self.assertRaises(coordination.ToozError, self._try_lock, coord,
+                          b'during')
 
     @staticmethod
-    def _try_lock(coord):
-        lock = coord.get_lock(b'instanceha-test-2')
+    def _try_lock(coord, name):
+        lock = coord.get_lock(b'instanceha-test-' + name)
         ok = lock.acquire(blocking=False)
         if ok:
             lock.release()
@@ -298,6 +311,14 @@ class _ToozBackendTests(object):
 
 class TestRedisPeer(_ToozBackendTests, testtools.TestCase):
     peer_class = peers.RedisPeer
+
+    def assert_backend_unusable(self, coord):
+        # tooz's redis driver retries a refused connection 15 times with
+        # redis-py's own backoff: ToozConnectionError comes only after
+        # ~60 s. Prove the outage with a client that does not retry.
+        client = redis.Redis(host=base.LOOPBACK, port=self.peer.port,
+                             retry=None, socket_connect_timeout=2)
+        self.assertRaises(redis.exceptions.ConnectionError, client.ping)
 
 
 class TestEtcdPeer(_ToozBackendTests, testtools.TestCase):

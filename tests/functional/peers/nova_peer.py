@@ -224,6 +224,36 @@ class NovaPeer(base.Peer):
         return self._wait(check, timeout,
                           'server %s %s' % (server_id, status))
 
+    def wait_for_evacuation(self, server_id, timeout=60, client=None,
+                            expect=('done', 'completed')):
+        """Wait for the server's latest evacuation migration to finish.
+
+        Don't wait for status ACTIVE instead: nova sets the instance
+        ACTIVE (task_state None) *before* it moves instance.host to the
+        destination and marks the migration 'done', so a poll can see
+        ACTIVE on the failed host mid-evacuation. Raises if the migration
+        ends 'failed'/'error' unless that is in `expect`. Returns
+        (migration, server).
+        """
+        nova = client or self.client()
+        terminal = set(expect) | {'done', 'completed', 'failed', 'error'}
+
+        def check():
+            migs = [m for m in nova.migrations.list(instance_uuid=server_id)
+                    if m.migration_type == 'evacuation']
+            if not migs:
+                return None
+            mig = max(migs, key=lambda m: m.id)
+            if mig.status not in terminal:
+                return None
+            if mig.status not in expect:
+                raise base.PeerError('evacuation of %s ended %s' % (
+                    server_id, mig.status))
+            return mig
+
+        mig = self._wait(check, timeout, 'evacuation of %s' % server_id)
+        return mig, nova.servers.get(server_id)
+
     def wait_for_service(self, host, state, timeout=None, client=None):
         """Wait until host's nova-compute service reports state up/down."""
         nova = client or self.client()

@@ -1,0 +1,173 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The service end to end with heartbeats and fence_kdump (R8, R15).
+
+Real parts: nova (NovaPeer), IPMI BMCs driven by the real ipmitool
+(IpmiBmcPeer), the production engine and environment
+(:mod:`instanceha.engine.runner`, via the recovery tests' fixtures), the
+real ``instanceha-heartbeat-agent`` processes and the real
+``fence_kdump_send`` from fence-agents. The detectors are started like
+``runner.run`` starts them.
+"""
+
+import os
+import socket
+import subprocess
+
+import fixtures
+import testtools
+
+from instanceha.engine import events
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import states
+from tests.functional import test_heartbeat
+from tests.functional import test_kdump
+from tests.functional import test_recovery as rec
+
+S = states.HostState
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class StartedEngine(rec.EngineRunner):
+    """EngineRunner, plus the detectors' listeners (as runner.run does)."""
+
+    def _setUp(self):
+        super()._setUp()
+        for drv in self.drivers.detectors:
+            drv.start()
+            self.addCleanup(drv.stop)
+
+    def decision(self, host):
+        plan = self.engine.plan
+        return plan.decision(host) if plan is not None else None
+
+
+class TestHeartbeatEndToEnd(test_heartbeat.HeartbeatFixture):
+
+    def test_isolated_host_not_fenced_until_its_agent_stops(self):
+        port = free_udp_port()
+        cloud = self.useFixture(rec.Cloud(hosts=3, options={
+            'detection.detectors': ['nova', 'heartbeat'],
+            'heartbeat.key_file': self.key,
+            'heartbeat.listen_addresses': ['127.0.0.1'],
+            'heartbeat.port': port,
+            'heartbeat.timeout': 3,
+        }))
+        vm, = cloud.boot('host1')
+        agents = {h: self.agent(h, [('127.0.0.1', port)], interval=0.3)
+                  for h in cloud.nova.hosts}
+        eng = self.useFixture(StartedEngine(cloud.config_file))
+        hb = eng.drivers.detectors[1]
+        rec.wait_for(lambda: all(hb.listener.record(h)
+                                 for h in cloud.nova.hosts),
+                     30, 'every agent heard by the service')
+
+        # host1 is cut off from the control plane; its agent still beats.
+        cloud.nova.control.kill('host1')
+        cloud.nova.wait_for_service('host1', 'down', client=cloud.client)
+        rec.wait_for(lambda: eng.decision('host1') is not None and
+                     eng.decision('host1').decision is
+                     plan_mod.Decision.ISOLATED, 60, 'host1 isolated')
+        self.assertIn('isolated from the control plane',
+                      eng.decision('host1').line())
+        cycles = eng.engine.cycles
+        rec.wait_for(lambda: eng.engine.cycles >= cycles + 3, 60,
+                     'three more cycles')
+        self.assertIsNone(eng.state('host1'))
+        self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+        self.assertFalse(cloud.service('host1').forced_down)
+        self.assertEqual('host1', cloud.server(vm).host)
+
+        # Now the host dies for real: its agent stops too.
+        self.stop(agents['host1'])
+        rec.wait_for(lambda: cloud.service('host1').forced_down,
+                     rec.RECOVERY_TIMEOUT, 'host1 fenced and forced down')
+        rec.wait_for(lambda: cloud.server(vm).host != 'host1',
+                     rec.RECOVERY_TIMEOUT, 'vm evacuated')
+        news = [d['new'] for d in eng.record.named(events.HOST_STATE,
+                                                   'host1')]
+        self.assertEqual(['suspect', 'fencing', 'fenced'], news[:3])
+        fenced = eng.record.named(events.HOST_STATE, 'host1')[2]
+        self.assertFalse(fenced.get('kdump'))
+
+
+class TestKdumpEndToEnd(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.sender = test_kdump.find_sender()
+        if self.sender is None:
+            self.skipTest('fence_kdump_send not found (Debian package '
+                          'fence-agents)')
+        self.useFixture(fixtures.FakeLogger())
+
+    def test_dumping_host_is_not_power_cycled(self):
+        port = free_udp_port()
+        cloud = self.useFixture(rec.Cloud(hosts=3, options={
+            'detection.detectors': ['nova', 'kdump'],
+            'kdump.check_kdump': True,
+            'kdump.listen_addresses': ['127.0.0.1'],
+            'kdump.port': port,
+            'kdump.address_map': ['127.0.0.1=host1'],
+            'kdump.reverse_dns': False,
+            'kdump.kdump_timeout': 60,
+            'kdump.message_timeout': 4,
+        }))
+        vm, = cloud.boot('host1')
+        eng = self.useFixture(StartedEngine(cloud.config_file))
+        # host1 panics: nova-compute stops, the BMC still says on, and the
+        # kdump kernel announces itself every second until stopped.
+        cloud.nova.control.kill('host1')
+        log = open(os.path.join(cloud.dir, 'fence_kdump_send.log'), 'wb')
+        self.addCleanup(log.close)
+        sender = subprocess.Popen(
+            [self.sender, '-p', str(port), '-c', '0', '-i', '1',
+             '127.0.0.1'], stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: sender.poll() is None and (
+            sender.kill(), sender.wait(10)))
+
+        rec.wait_for(lambda: S.FENCED.value in [
+            d['new'] for d in eng.record.named(events.HOST_STATE, 'host1')],
+            rec.RECOVERY_TIMEOUT, 'host1 fenced')
+        fenced = [d for d in eng.record.named(events.HOST_STATE, 'host1')
+                  if d['new'] == S.FENCED.value][0]
+        self.assertTrue(fenced.get('kdump'), fenced)
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+        rec.wait_for(lambda: cloud.server(vm).host != 'host1' and
+                     eng.state('host1') is S.EVACUATED,
+                     rec.RECOVERY_TIMEOUT, 'vm evacuated')
+        # Still dumping: the recovery waits, the host is not touched.
+        cycles = eng.engine.cycles
+        rec.wait_for(lambda: eng.engine.cycles >= cycles + 2, 60,
+                     'two more cycles')
+        self.assertIs(S.EVACUATED, eng.state('host1'))
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+
+        # The dump is written; the host reboots by itself.
+        sender.terminate()
+        sender.wait(10)
+        rec.wait_for(lambda: eng.state('host1') is S.WAITING_UP,
+                     rec.RECOVERY_TIMEOUT, 'waiting for host1 to come up')
+        cloud.nova.control.revive('host1')
+        rec.wait_for(lambda: cloud.recovered('host1'),
+                     rec.RECOVERY_TIMEOUT, 'host1 back in service')
+        news = [d['new'] for d in eng.record.named(events.HOST_STATE,
+                                                   'host1')]
+        self.assertNotIn(S.POWERING_ON.value, news)
+        self.assertEqual('on', cloud.bmc.power_state('host1'))

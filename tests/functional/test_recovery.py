@@ -1,0 +1,405 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The recovery workflow against real peers.
+
+A real nova (API, conductor, scheduler, placement, fake-virt computes;
+NovaPeer) and real IPMI BMC emulators driven by the real ipmitool
+(IpmiBmcPeer, wired to nova: powering a host off at its BMC kills its
+nova-compute, powering it on revives it). The engine runs with the
+production environment of :mod:`instanceha.engine.runner` (NovaCloud,
+the fencing topology with the ipmi driver, tooz with a file:// backend,
+a thread pool), in this process so the test can see its events; the last
+tests run the real ``instanceha-service`` process.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import fixtures
+from oslo_config import cfg
+import testtools
+
+from instanceha import conf as ha_conf
+from instanceha.engine import events
+from instanceha.engine import runner
+from instanceha.engine import states
+from instanceha.plugins import loader
+from tests.functional import peers
+from tests.functional.peers import base as peer_base
+from tests.functional.peers import ipmi_peer
+
+#: Generous bound for one whole recovery (detection ~8 s, fence, rebuilds,
+#: power on, compute restart, enable): the test fails, never hangs.
+RECOVERY_TIMEOUT = 120
+
+
+def wait_for(predicate, timeout, what):
+    return peer_base.wait_until(predicate, timeout, interval=0.25, what=what)
+
+
+class Cloud(fixtures.Fixture):
+    """NovaPeer + IpmiBmcPeer + instanceha config files."""
+
+    def __init__(self, hosts=3, options=None, fencing=None):
+        super().__init__()
+        self.hosts = hosts
+        self.options = options or {}
+        self.fencing = fencing
+
+    def _setUp(self):
+        self.nova = self.useFixture(peers.NovaPeer(hosts=self.hosts))
+        self.bmc = self.useFixture(ipmi_peer.IpmiBmcPeer(
+            hosts=self.nova.hosts, nova=self.nova))
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.client = self.nova.client()
+        secret = os.path.join(self.dir, 'bmc-password')
+        with open(secret, 'w') as f:
+            f.write(self.bmc.password)
+        os.chmod(secret, 0o600)
+        lines = ['hosts:']
+        for host in self.nova.hosts:
+            if self.fencing and host in self.fencing:
+                entry = self.fencing[host]
+            else:
+                entry = {'driver': 'ipmi', 'address': '127.0.0.1',
+                         'port': self.bmc.ports[host],
+                         'username': self.bmc.username,
+                         'password_file': secret}
+            if entry is None:
+                continue
+            lines.append('  %s:' % host)
+            lines.extend('    %s: %s' % kv for kv in sorted(entry.items()))
+        self.fencing_file = os.path.join(self.dir, 'fencing.yaml')
+        with open(self.fencing_file, 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+        groups = {
+            'DEFAULT': {'poll': 2, 'delta': 8, 'tick_interval': 0.2,
+                        'fence_retry_interval': 2,
+                        'fence_retry_max_interval': 4, 'debug': False},
+            'nova': {'auth_type': 'none', 'endpoint': self.nova.endpoint},
+            'fencing': {'config_file': self.fencing_file,
+                        'device_timeout': 20},
+            'coordination': {'backend_url': 'file://%s/coord' % self.dir,
+                             'heartbeat_interval': 0.5, 'lease_time': 3},
+        }
+        for key, value in self.options.items():
+            group, _, name = key.rpartition('.')
+            groups.setdefault(group or 'DEFAULT', {})[name] = value
+        self.config_file = os.path.join(self.dir, 'instanceha.conf')
+        with open(self.config_file, 'w') as f:
+            for group, opts in groups.items():
+                f.write('[%s]\n' % group)
+                for name, value in opts.items():
+                    if isinstance(value, (list, tuple)):
+                        value = ','.join(value)
+                    f.write('%s = %s\n' % (name, value))
+
+    # -- helpers ----------------------------------------------------------
+
+    def boot(self, host, count=1, name='vm', metadata=None):
+        return [s.id for s in self.nova.create_servers(
+            count, host=host, name='%s-%s' % (name, host), metadata=metadata,
+            client=self.client)]
+
+    def stop_server(self, server_id):
+        self.client.servers.stop(server_id)
+        self.nova.wait_for_server(server_id, 'SHUTOFF', client=self.client)
+
+    def service(self, host):
+        return self.client.services.list(host=host, binary='nova-compute')[0]
+
+    def server(self, server_id):
+        server = self.client.servers.get(server_id)
+        server.host = getattr(server, 'OS-EXT-SRV-ATTR:host')
+        return server
+
+    def evacuations(self, server_id):
+        return [m for m in self.client.migrations.list(
+            instance_uuid=server_id)
+            if getattr(m, 'migration_type', 'evacuation') == 'evacuation']
+
+    def power_off(self, host):
+        """A host failure: power cut at its BMC, its compute dies."""
+        proc = self.bmc.ipmitool(host, 'chassis', 'power', 'off')
+        assert proc.returncode == 0, proc.stderr
+
+    def recovered(self, host):
+        svc = self.service(host)
+        return (svc.status == 'enabled' and svc.state == 'up' and
+                not svc.forced_down)
+
+
+class EngineRunner(fixtures.Fixture):
+    """The production environment and engine, ticked in a thread."""
+
+    def __init__(self, config_file):
+        super().__init__()
+        self.config_file = config_file
+
+    def _setUp(self):
+        self.conf = cfg.ConfigOpts()
+        ha_conf.parse_args(['--config-file', self.config_file], self.conf,
+                           default_config_files=[])
+        ha_conf.validate(self.conf)
+        self.drivers = loader.load_configured(self.conf)
+        self.record = events.RecordingEventSink()
+        self.service = runner.build(
+            self.conf, self.drivers, event_sink=events.TeeEventSink(
+                events.LogEventSink(), self.record))
+        self.engine = self.service.engine
+        self.coordinator = self.service.env.coordinator
+        self.coordinator.start()
+        self._stopped = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+        self.addCleanup(self.stop)
+
+    def _loop(self):
+        while not self.service.stop.is_set():
+            self.engine.tick()
+            self.service.stop.wait(self.conf.tick_interval)
+
+    def stop(self, clean=True):
+        """Stop ticking.
+
+        ``clean``: Engine.shutdown (as on SIGTERM); otherwise the engine
+        is abandoned like a killed process (running jobs still end).
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self.service.stop.set()
+        self.thread.join(30)
+        if clean:
+            self.engine.shutdown(10)
+        self.service.executor.shutdown(wait=True)
+        self.coordinator.stop()
+
+    def state(self, host):
+        return self.engine.host_states().get(host)
+
+
+class RecoveryTestBase(testtools.TestCase):
+
+    def cloud(self, **kw):
+        return self.useFixture(Cloud(**kw))
+
+    def engine(self, cloud):
+        return self.useFixture(EngineRunner(cloud.config_file))
+
+
+class TestRecovery(RecoveryTestBase):
+
+    def test_host_failure_fenced_evacuated_powered_on_enabled(self):
+        cloud = self.cloud()
+        active = cloud.boot('host1', 2)
+        off, = cloud.boot('host1', 1, name='off')
+        cloud.stop_server(off)
+        other, = cloud.boot('host2', 1)
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: cloud.service('host1').forced_down,
+                 RECOVERY_TIMEOUT, 'host1 forced down')
+        svc = cloud.service('host1')
+        self.assertEqual('disabled', svc.status)
+        parsed = states.parse_marker(svc.disabled_reason)
+        self.assertIsNotNone(parsed, svc.disabled_reason)
+        wait_for(lambda: all(cloud.server(s).host != 'host1' and
+                             cloud.server(s).status in ('ACTIVE', 'SHUTOFF')
+                             for s in active + [off]),
+                 RECOVERY_TIMEOUT, 'instances rebuilt elsewhere')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 enabled, up, not forced down')
+        self.assertIsNone(cloud.service('host1').disabled_reason)
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+        for sid in active:
+            self.assertEqual('ACTIVE', cloud.server(sid).status)
+        self.assertEqual('SHUTOFF', cloud.server(off).status)
+        for sid in active + [off]:
+            self.assertEqual(1, len(cloud.evacuations(sid)))
+            self.assertFalse(cloud.server(sid).locked)
+        self.assertEqual('host2', cloud.server(other).host)
+        self.assertEqual([], cloud.evacuations(other))
+        wait_for(lambda: eng.state('host1') is None, 10, 'workflow done')
+        news = [d['new'] for d in
+                eng.record.named(events.HOST_STATE, 'host1')]
+        self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
+                          'evacuated', 'powering_on', 'waiting_up',
+                          'enabling', 'healthy'], news)
+
+    def test_leave_disabled(self):
+        cloud = self.cloud(options={'leave_disabled': True})
+        vms = cloud.boot('host1', 2)
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: eng.state('host1') is
+                 states.HostState.LEFT_DISABLED, RECOVERY_TIMEOUT,
+                 'host1 left disabled')
+        svc = cloud.service('host1')
+        self.assertEqual('disabled', svc.status)
+        self.assertTrue(svc.forced_down)
+        self.assertEqual(states.HostState.LEFT_DISABLED,
+                         states.parse_marker(svc.disabled_reason)[0])
+        self.assertEqual('off', cloud.bmc.power_state('host1'))
+        for sid in vms:
+            self.assertNotEqual('host1', cloud.server(sid).host)
+
+    def test_fencing_failure_nothing_evacuated(self):
+        cloud = self.cloud()
+        vms = cloud.boot('host1', 2)
+        eng = self.engine(cloud)
+        cloud.bmc.set_mode('host1', 'error')
+        cloud.nova.control.kill('host1')  # compute dies, BMC misbehaves
+        wait_for(lambda: len(eng.record.named(events.FENCE_PENDING,
+                                              'host1')) >= 3,
+                 RECOVERY_TIMEOUT, 'fencing reported failing 3 cycles')
+        self.assertEqual(states.HostState.FENCE_FAILED, eng.state('host1'))
+        for sid in vms:
+            self.assertEqual('host1', cloud.server(sid).host)
+            self.assertEqual([], cloud.evacuations(sid))
+        svc = cloud.service('host1')
+        self.assertFalse(svc.forced_down)
+        self.assertEqual('enabled', svc.status)
+
+    def test_smart_failing_rebuild_retried_then_failed(self):
+        cloud = self.cloud(options={'evacuation.strategy': 'smart',
+                                    'evacuation.retries': 2,
+                                    'evacuation.same_target_retries': 0})
+        vm, = cloud.boot('host1', 1)
+        for host in ('host2', 'host3'):
+            cloud.nova.control.fail_spawn(host, 100)
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: eng.state('host1') is states.HostState.FAILED,
+                 RECOVERY_TIMEOUT, 'host1 FAILED')
+        self.assertEqual(3, len(cloud.evacuations(vm)))
+        svc = cloud.service('host1')
+        self.assertEqual('disabled', svc.status)
+        self.assertTrue(svc.forced_down)
+        self.assertIn('FAILED', svc.disabled_reason)
+        self.assertIn('instanceha-manage hosts clear host1',
+                      svc.disabled_reason)
+        self.assertFalse(cloud.server(vm).locked)
+        self.assertEqual('off', cloud.bmc.power_state('host1'))
+        gave_up = eng.record.named(events.EVACUATE_GAVE_UP, 'host1')
+        self.assertEqual([vm], [d['server'] for d in gave_up])
+
+    def test_reserved_host_in_same_aggregate_enabled(self):
+        cloud = self.cloud(hosts=5, options={
+            'reservation.strategy': 'reserved-hosts',
+            'evacuation.strategy': 'smart'})
+        vms = cloud.boot('host1', 2)
+        for spare in ('host4', 'host5'):
+            cloud.client.services.disable_log_reason(
+                cloud.service(spare).id, 'instanceha:reserved')
+        cloud.nova.create_aggregate('rack-1', hosts=['host1', 'host5'],
+                                    client=cloud.client)
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 recovered')
+        self.assertEqual([{'spare': 'host5'}],
+                         eng.record.named(events.SPARE_CLAIMED, 'host1'))
+        self.assertEqual('enabled', cloud.service('host5').status)
+        self.assertEqual('disabled', cloud.service('host4').status)
+        for sid in vms:
+            self.assertEqual('host5', cloud.server(sid).host)
+
+
+class TestRestart(RecoveryTestBase):
+
+    def test_killed_mid_evacuation_evacuates_each_once(self):
+        cloud = self.cloud(options={'evacuation.strategy': 'smart',
+                                    'evacuation.max_in_flight': 1})
+        vms = cloud.boot('host1', 4)
+        first = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: first.record.named(events.EVACUATE_REQUESTED),
+                 RECOVERY_TIMEOUT, 'a first evacuation')
+        first.stop(clean=False)  # like kill -9: no shutdown step
+        requested = len(first.record.named(events.EVACUATE_REQUESTED))
+        self.assertLess(requested, len(vms))
+        second = self.engine(cloud)
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 recovered by the second engine')
+        self.assertEqual([{'state': 'evacuating'}],
+                         second.record.named(events.HOST_RESUMED, 'host1'))
+        for sid in vms:
+            self.assertEqual(1, len(cloud.evacuations(sid)), sid)
+            server = cloud.server(sid)
+            self.assertNotEqual('host1', server.host)
+            self.assertEqual('ACTIVE', server.status)
+            self.assertFalse(server.locked)
+
+
+class TestService(RecoveryTestBase):
+    """The real instanceha-service process, end to end."""
+
+    def start_service(self, cloud, name='service'):
+        log = open(os.path.join(cloud.dir, '%s.log' % name), 'ab')
+        self.addCleanup(log.close)
+        script = os.path.join(os.path.dirname(sys.executable),
+                              'instanceha-service')
+        proc = subprocess.Popen(
+            [script, '--config-file', cloud.config_file],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
+
+        def reap():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        self.addCleanup(reap)
+        self.addDetail('%s-log' % name, testtools.content.content_from_file(
+            log.name, buffer_now=False))
+        return proc
+
+    def test_end_to_end_with_restart(self):
+        cloud = self.cloud(options={'evacuation.strategy': 'smart',
+                                    'evacuation.max_in_flight': 1})
+        vms = cloud.boot('host1', 3)
+        off, = cloud.boot('host1', 1, name='off')
+        cloud.stop_server(off)
+        vms.append(off)
+        proc = self.start_service(cloud, 'service-1')
+        cloud.power_off('host1')
+        wait_for(lambda: any(cloud.evacuations(s) for s in vms),
+                 RECOVERY_TIMEOUT, 'a first evacuation')
+        svc = cloud.service('host1')
+        self.assertTrue(svc.forced_down)
+        self.assertEqual('disabled', svc.status)
+        self.assertIsNotNone(states.parse_marker(svc.disabled_reason))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self.start_service(cloud, 'service-2')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 recovered after the restart')
+        self.assertIsNone(cloud.service('host1').disabled_reason)
+        for sid in vms:
+            self.assertEqual(1, len(cloud.evacuations(sid)), sid)
+            server = cloud.server(sid)
+            self.assertNotEqual('host1', server.host)
+            self.assertFalse(server.locked)
+        self.assertEqual('SHUTOFF', cloud.server(off).status)
+
+    def test_sigterm_stops_cleanly(self):
+        cloud = self.cloud()
+        proc = self.start_service(cloud)
+        time.sleep(3)
+        self.assertIsNone(proc.poll())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(0, proc.wait(30))
