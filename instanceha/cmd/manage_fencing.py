@@ -30,6 +30,7 @@ from oslo_config import cfg
 
 from instanceha import exceptions
 from instanceha.plugins.fencing import config
+from instanceha.plugins.fencing import topology
 
 
 def check_host(entry: config.HostEntry) -> tuple[bool, str]:
@@ -74,10 +75,7 @@ def validate_file(conf: cfg.ConfigOpts, path: str | None = None,
                 for key, entry in fencing.hosts.items()}
         for key, job in jobs.items():
             rows[key] = job.result()
-    for entry in fencing.hosts.values():
-        for level in entry.levels:
-            for drv in level:
-                drv.stop()
+    topology.Topology(conf, fencing).stop()
     return [(key, *rows[key]) for key in sorted(rows)]
 
 

@@ -443,6 +443,15 @@ class TestChain(testtools.TestCase):
         t = self.topo({'h1': [['down'], ['ok']]})
         self.assertEqual(2, t.unfence('h1').level)
 
+    def test_ambiguous_short_name_is_not_configured_and_logged_once(self):
+        t = self.topo({'c0.a.example': [['ok']], 'c0.b.example': [['ok']]})
+        self.assertFalse(t.configured('c0'))
+        self.assertFalse(t.configured('c0'))
+        self.assertEqual(1, self.log.output.count('matches several entries'))
+        self.assertTrue(t.configured('c0.b.example'))
+        self.assertRaises(exceptions.FencingError, t.fence, 'c0')
+        t.stop()
+
     def test_unconfigured_host_is_never_fenced(self):
         t = self.topo({'h1.example.com': [['ok']]})
         self.assertTrue(t.configured('h1'))

@@ -55,6 +55,7 @@ class Topology(ports.Fencer):
         self._fenced_by: dict[str, int] = {}
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
+        self._ambiguous: set[str] = set()
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> 'Topology':
@@ -75,7 +76,13 @@ class Topology(ports.Fencer):
         try:
             return self._entry(host) is not None
         except exceptions.ConfigurationError as exc:
-            LOG.error('%s', exc)
+            # Asked every tick: say it once per host.
+            with self._lock:
+                first = host not in self._ambiguous
+                self._ambiguous.add(host)
+            if first:
+                LOG.error('%s; host %s is not fenced and never evacuated',
+                          exc, host)
             return False
 
     def levels(self, host: str) -> list[list[base.FencingDriver]]:
@@ -189,6 +196,13 @@ class Topology(ports.Fencer):
             with self._lock:
                 self._fenced_by.pop(host, None)
             return result
+
+    def stop(self) -> None:
+        """Release every driver's resources (sessions, temporary files)."""
+        for entry in self.file.hosts.values():
+            for level in entry.levels:
+                for drv in level:
+                    drv.stop()
 
     def fenced_by(self, host: str) -> int | None:
         """The level that last fenced ``host`` (None if not known)."""
