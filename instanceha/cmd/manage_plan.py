@@ -42,7 +42,7 @@ def load_deciders(conf: cfg.ConfigOpts) -> loader.Drivers:
 
 
 def format_table(plan: plan_mod.Plan) -> str:
-    rows = [('HOST', 'DECISION', 'INSTANCES', 'REASONS')]
+    rows = [('HOST', 'DECISION', 'VERDICT', 'INSTANCES', 'REASONS')]
     for d in plan.decisions:
         decision = d.decision.value
         if d.recovery_state is not None:
@@ -50,10 +50,12 @@ def format_table(plan: plan_mod.Plan) -> str:
         count = (str(len(d.servers)) if d.decision in (
             plan_mod.Decision.RECOVER, plan_mod.Decision.BLOCKED,
             plan_mod.Decision.RECOVERING) else '-')
-        rows.append((d.host, decision, count, '; '.join(d.reasons)))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((d.host, decision, d.verdict or '-', count,
+                     '; '.join(d.reasons)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ['  '.join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
-                        r[2].rjust(widths[2]), r[3]]).rstrip()
+                        r[2].ljust(widths[2]), r[3].rjust(widths[3]),
+                        r[4]]).rstrip()
              for r in rows]
     lines.append('')
     lines.append('snapshot taken at %s' % plan.taken_at.isoformat())
@@ -85,6 +87,6 @@ def add_parsers(subparsers) -> None:
     parser.add_argument('--format', choices=('table', 'json'),
                         default='table',
                         help='table for people (default), json (a list of '
-                             '{host, decision, reasons, servers, '
+                             '{host, decision, verdict, reasons, servers, '
                              'recovery_state}) for machines')
     parser.set_defaults(func=_plan)

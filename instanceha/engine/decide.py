@@ -186,21 +186,23 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
             decided[host] = plan_mod.HostDecision(
                 host, D.RECOVERING,
                 tuple(([marker] if marker else []) + reasons),
-                servers, service, rstate)
+                servers, service, rstate, verdict)
             continue
         if service is None:
             continue
         out = _host_reasons(scope_filters, host, snapshot)
         if out:
             decided[host] = plan_mod.HostDecision(
-                host, D.IGNORED, tuple(reasons + out), (), service)
+                host, D.IGNORED, tuple(reasons + out), (), service,
+                verdict=verdict)
             continue
         monitored.add(host)
         if verdict != FAILED:
             decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED}.get(
                 verdict, D.UNKNOWN)
             decided[host] = plan_mod.HostDecision(
-                host, decision, tuple(reasons), (), service)
+                host, decision, tuple(reasons), (), service,
+                verdict=verdict)
             continue
         failed.add(host)
         out = _host_reasons(host_filters, host, snapshot)
@@ -209,7 +211,8 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
             out = ['no eligible instance: %s' % '; '.join(dropped)]
         if out:
             decided[host] = plan_mod.HostDecision(
-                host, D.IGNORED, tuple(reasons + out), (), service)
+                host, D.IGNORED, tuple(reasons + out), (), service,
+                verdict=verdict)
             continue
         if dropped:
             reasons.append('not evacuated: %s' % '; '.join(dropped))
@@ -239,11 +242,11 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         if host in blocked:
             decided[host] = plan_mod.HostDecision(
                 host, D.BLOCKED, tuple(reasons + [blocked[host]]), servers,
-                snapshot.service(host))
+                snapshot.service(host), verdict=FAILED)
         else:
             decided[host] = plan_mod.HostDecision(
                 host, D.RECOVER, tuple(reasons), servers,
-                snapshot.service(host))
+                snapshot.service(host), verdict=FAILED)
 
     return plan_mod.Plan(
         taken_at=snapshot.taken_at,

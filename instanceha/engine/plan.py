@@ -67,6 +67,9 @@ class HostDecision:
     service: model.Service | None = None
     #: For RECOVERING: the workflow state (from the marker or the caller).
     recovery_state: states.HostState | None = None
+    #: What the detectors said, combined per ``[detection] combine``:
+    #: failed, alive, isolated or unknown (None if nobody looked).
+    verdict: str | None = None
 
     def line(self) -> str:
         """One log line: ``host3 recover: nova: state down; 2 instances``."""
@@ -83,6 +86,7 @@ class HostDecision:
         return {
             'host': self.host,
             'decision': self.decision.value,
+            'verdict': self.verdict,
             'reasons': list(self.reasons),
             'servers': [{'id': s.id, 'name': s.name, 'status': s.status}
                         for s in self.servers],

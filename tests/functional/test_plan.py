@@ -242,8 +242,8 @@ class TestManagePlanCli(testtools.TestCase):
         self.assertEqual(0, rc, err)
         rows = json.loads(out)
         for row in rows:
-            self.assertEqual({'host', 'decision', 'reasons', 'servers',
-                              'recovery_state'}, set(row))
+            self.assertEqual({'host', 'decision', 'verdict', 'reasons',
+                              'servers', 'recovery_state'}, set(row))
         return {r['host']: r for r in rows}
 
     def test_plan_command(self):
@@ -254,6 +254,9 @@ class TestManagePlanCli(testtools.TestCase):
         self.assertEqual({'host1': 'healthy', 'host2': 'healthy',
                           'host3': 'recover'},
                          {h: r['decision'] for h, r in rows.items()})
+        self.assertEqual({'host1': 'alive', 'host2': 'alive',
+                          'host3': 'failed'},
+                         {h: r['verdict'] for h, r in rows.items()})
         self.assertEqual(['vm-host3-0'],
                          [s['name'] for s in rows['host3']['servers']])
 
@@ -264,13 +267,14 @@ class TestManagePlanCli(testtools.TestCase):
 
         rc, out, err = self.cli(fmt='table')
         self.assertEqual(0, rc, err)
-        self.assertIn('host3  recover', out)
+        self.assertIn('host3  recover   failed', out)
 
         nova = self.peer.client()
         (svc,) = nova.services.list(host='host3', binary='nova-compute')
         nova.services.disable_log_reason(svc.id, 'hardware repair')
         rows = self.decisions()
-        self.assertEqual('ignored', rows['host3']['decision'])
+        self.assertEqual(('ignored', 'failed'), (rows['host3']['decision'],
+                                                 rows['host3']['verdict']))
         self.assertIn('disabled by an operator (reason: hardware repair)',
                       rows['host3']['reasons'])
 

@@ -262,7 +262,9 @@ class TestMakePlan(testtools.TestCase):
         data = json.loads(json.dumps(p.as_dicts()))
         self.assertEqual(['host1', 'host2', 'host3'],
                          [d['host'] for d in data])
-        self.assertEqual('recover', data[1]['decision'])
+        self.assertEqual(('recover', 'failed'),
+                         (data[1]['decision'], data[1]['verdict']))
+        self.assertEqual('alive', data[0]['verdict'])
         self.assertEqual(2, len(data[1]['servers']))
 
     def test_snapshot_needs_images_only_for_image_filter(self):
@@ -287,7 +289,7 @@ class TestCombine(testtools.TestCase):
     def test_veto_alive_heartbeat_makes_host_isolated(self):
         p = self.plan('veto', {'host1': det_base.Verdict.ALIVE})
         d = p.decision('host1')
-        self.assertEqual(D.ISOLATED, d.decision)
+        self.assertEqual((D.ISOLATED, 'isolated'), (d.decision, d.verdict))
         self.assertEqual(('nova: state down (last heartbeat 5s ago)',
                           'fake: alive'), d.reasons)
         self.assertEqual([], p.to_recover())
