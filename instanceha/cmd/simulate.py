@@ -18,6 +18,7 @@ credentials, a few seconds. With no argument it runs the built-in demo.
 """
 
 import argparse
+import logging
 import os
 import sys
 import textwrap
@@ -85,6 +86,9 @@ def parser() -> argparse.ArgumentParser:
                       help='list the built-in scenarios and test cases')
     p.add_argument('--quiet', action='store_true',
                    help='with the story: do not print the README first')
+    p.add_argument('--verbose', action='store_true',
+                   help='also show the service\'s own log messages '
+                        '(on standard error)')
     return p
 
 
@@ -110,6 +114,14 @@ def _summary(path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format='  log: %(levelname)s %(name)s: '
+                                   '%(message)s')
+    else:
+        # The story says what matters; the service's warnings about the
+        # simulated failures would only repeat it.
+        logging.getLogger().addHandler(logging.NullHandler())
 
     def body() -> int:
         if args.list:

@@ -145,13 +145,19 @@ class _CycleCloud:
     """The cloud as one copy sees it: each snapshot starts a new cycle."""
 
     def __init__(self, cloud: sim_world.SimCloud,
-                 on_cycle: Callable[[], None]):
+                 on_cycle: Callable[[], None], calls: list[int]):
         self._cloud = cloud
         self._on_cycle = on_cycle
+        #: Nova calls of each snapshot (benchmarks).
+        self.snapshot_calls = calls
 
     def snapshot(self, **kwargs):
         self._on_cycle()
-        return self._cloud.snapshot(**kwargs)
+        before = self._cloud.api_calls
+        try:
+            return self._cloud.snapshot(**kwargs)
+        finally:
+            self.snapshot_calls.append(self._cloud.api_calls - before)
 
     def __getattr__(self, name):
         return getattr(self._cloud, name)
@@ -207,6 +213,8 @@ class Simulation:
         self.world.is_leader = lambda actor: (
             self.election.leader() == actor)
         self._leader: str | None = None
+        #: Nova calls made by each snapshot.
+        self.snapshot_calls: list[int] = []
         #: Wall and CPU seconds, Nova calls of each polling tick.
         self.tick_stats: list[tuple[float, float, int]] = []
         self.readonly: set[str] = set()
@@ -253,7 +261,9 @@ class Simulation:
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
         env = ports.Environment(
-            cloud=_CycleCloud(self.cloud, copy.new_cycle), clock=self.clock,
+            cloud=_CycleCloud(self.cloud, copy.new_cycle,
+                              self.snapshot_calls),
+            clock=self.clock,
             fencer=self._fencer_factory(conf),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
@@ -495,7 +505,8 @@ class Simulation:
         for copy in self.copies.values():
             copy.executor.complete_due()
 
-    def run(self) -> 'Result':
+    def run(self, stop_when: Callable[[], bool] | None = None) -> 'Result':
+        """Run to the end of the scenario (or until ``stop_when()``)."""
         self.clock.on_sleep = self._sleep
         self.world.is_leader = self._check_readonly(self.world.is_leader)
         with sim_world.active(self.world), simulated_time(self.clock):
@@ -523,6 +534,9 @@ class Simulation:
                     if copy.running and copy.next_tick <= t:
                         copy.next_tick = t + copy.interval
                         self._tick(copy)
+                if stop_when is not None and stop_when():
+                    self.end = t
+                    break
             self.clock.advance_to(max(self.end, self.clock.world_t))
             self._final()
         return Result(self)

@@ -1,0 +1,190 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""How the real engine copes with a large cloud, in the simulator.
+
+For each size (100, 1,000 and 5,000 compute hosts by default, 20
+instances per host) 5 % of the hosts lose power at once. The production
+engine and drivers, with the configuration's defaults unless overridden,
+detect, fence, evacuate and bring back those hosts in a simulated cloud.
+Reported per size:
+
+- wall and CPU seconds per poll cycle (the tick that reads Nova and
+  plans), mean and max;
+- Nova API calls per snapshot (must not grow with the number of hosts)
+  and in total;
+- simulated seconds from the failure to every instance of the failed
+  hosts rebuilt elsewhere, and to every failed host back in service;
+- wall seconds for the whole run.
+
+Printed as a table, and as JSON with ``--json`` (or written to a file
+with ``--json-file``)::
+
+    python benchmarks/simulate_scale.py                 # 100, 1000, 5000
+    python benchmarks/simulate_scale.py --hosts 1000 --json
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import yaml
+
+from instanceha.sim import runner
+from instanceha.sim import scenario as sim_scenario
+
+FAIL_AT = 60.0
+
+
+def make_case(directory: str, hosts: int, per_host: int, failing: float,
+              options: dict) -> sim_scenario.Scenario:
+    names = ['compute-%05d' % i for i in range(hosts)]
+    # Spread the failed hosts over the cloud, not one rack.
+    step = max(1, round(1 / failing))
+    failed = names[::step][:max(1, round(hosts * failing))]
+    topology = {
+        'simulation': {'end': 7200},
+        'defaults': {'vcpus': per_host * 3},
+        'hosts': {n: {} for n in names},
+        'flavors': {'m1.small': {'vcpus': 1}},
+        'images': {'cirros': {}},
+        'instance_groups': [{'prefix': 'vm-', 'count': hosts * per_host,
+                             'hosts': names, 'flavor': 'm1.small',
+                             'image': 'cirros'}],
+    }
+    with open(os.path.join(directory, 'fencing.yaml'), 'w') as f:
+        yaml.safe_dump({'hosts': {n: {'driver': 'sim'} for n in names}}, f)
+    lines = ['[DEFAULT]']
+    lines += ['%s = %s' % kv for kv in sorted(options.items())]
+    lines += ['[fencing]', 'config_file = fencing.yaml']
+    with open(os.path.join(directory, 'instanceha.conf'), 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+    timeline = [sim_scenario.Command(FAIL_AT, 'power-off', (h,), i + 1)
+                for i, h in enumerate(failed)]
+    return sim_scenario.Scenario(
+        name='scale-%d' % hosts, path=directory, topology=topology,
+        state={}, config_file=os.path.join(directory, 'instanceha.conf'),
+        timeline=timeline), failed
+
+
+def run(hosts: int, per_host: int, failing: float, options: dict) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        sc, failed = make_case(tmp, hosts, per_host, failing, options)
+        built = time.perf_counter()
+        sim = runner.Simulation(sc)
+        sim.world.verbose_nova = False
+        world = sim.world
+        down = set(failed)
+        victims = {s.id: s.host for s in world.servers.values()
+                   if s.host in down}
+        marks = {}
+
+        def done() -> bool:
+            t = sim.clock.t
+            if 'rebuilt' not in marks and t > FAIL_AT and all(
+                    world.servers[v].host != origin and
+                    not world.servers[v].task_state
+                    for v, origin in victims.items()):
+                marks['rebuilt'] = t
+            if 'rebuilt' in marks and all(
+                    world.hosts[h].status == 'enabled' and
+                    world.service_state(world.hosts[h]) == 'up' and
+                    not world.hosts[h].forced_down for h in failed):
+                marks['back'] = t
+                return True
+            return False
+
+        started = time.perf_counter()
+        result = sim.run(stop_when=done)
+        wall = time.perf_counter() - started
+    polls = sim.tick_stats
+    walls = [w for w, _, _ in polls]
+    cpus = [c for _, c, _ in polls]
+    return {
+        'hosts': hosts,
+        'instances': hosts * per_host,
+        'failed_hosts': len(failed),
+        'instances_to_recover': len(victims),
+        'poll_cycles': len(polls),
+        'poll_wall_s_mean': round(statistics.fmean(walls), 4),
+        'poll_wall_s_max': round(max(walls), 4),
+        'poll_cpu_s_mean': round(statistics.fmean(cpus), 4),
+        'poll_cpu_s_max': round(max(cpus), 4),
+        'nova_calls_per_snapshot': max(sim.snapshot_calls),
+        'nova_calls_total': sim.cloud.api_calls,
+        'sim_s_failure_to_instances_rebuilt': (
+            marks['rebuilt'] - FAIL_AT if 'rebuilt' in marks else None),
+        'sim_s_failure_to_hosts_back': (
+            marks['back'] - FAIL_AT if 'back' in marks else None),
+        'invariant_violations': len(result.violations),
+        'setup_wall_s': round(started - built, 2),
+        'run_wall_s': round(wall, 2),
+    }
+
+
+COLUMNS = [
+    ('hosts', 'hosts', '%d'),
+    ('instances', 'instances', '%d'),
+    ('failed_hosts', 'failed', '%d'),
+    ('poll_wall_s_mean', 'poll wall s', '%.4f'),
+    ('poll_cpu_s_mean', 'poll cpu s', '%.4f'),
+    ('poll_cpu_s_max', 'max cpu s', '%.4f'),
+    ('nova_calls_per_snapshot', 'nova/poll', '%d'),
+    ('nova_calls_total', 'nova total', '%d'),
+    ('sim_s_failure_to_instances_rebuilt', 'to rebuilt s', '%s'),
+    ('sim_s_failure_to_hosts_back', 'to back s', '%s'),
+    ('invariant_violations', 'violations', '%d'),
+    ('run_wall_s', 'run wall s', '%.2f'),
+]
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[title for _, title, _ in COLUMNS]]
+    for row in rows:
+        cells.append([fmt % row[key] for key, _, fmt in COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    return '\n'.join('  '.join(c.rjust(w) for c, w in zip(r, widths))
+                     for r in cells)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--hosts', type=int, nargs='+', default=[100, 1000, 5000])
+    p.add_argument('--per-host', type=int, default=20)
+    p.add_argument('--failing', type=float, default=0.05,
+                   help='share of hosts that fail (default 0.05)')
+    p.add_argument('--set', action='append', default=[], metavar='OPT=VAL',
+                   help='a [DEFAULT] option, e.g. --set workers=16')
+    p.add_argument('--json', action='store_true',
+                   help='print JSON instead of the table')
+    p.add_argument('--json-file', help='also write the JSON here')
+    args = p.parse_args(argv)
+    options = dict(kv.split('=', 1) for kv in args.set)
+    rows = []
+    for n in args.hosts:
+        rows.append(run(n, args.per_host, args.failing, options))
+        if not args.json:
+            print('done: %d hosts in %.1f s' % (n, rows[-1]['run_wall_s']),
+                  file=sys.stderr)
+    if args.json_file:
+        with open(args.json_file, 'w') as f:
+            json.dump(rows, f, indent=2)
+    print(json.dumps(rows, indent=2) if args.json else table(rows))
+    return 1 if any(r['invariant_violations'] for r in rows) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
