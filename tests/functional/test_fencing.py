@@ -167,6 +167,15 @@ class TestIpmiDriver(IpmiTestBase):
         exc = self.assertRaises(base.UnreachableError, drv.power_status)
         self.assertIn('unreachable', str(exc))
 
+    def test_bmc_slower_than_the_timeout(self):
+        # ipmitool needs about 6 s to give up on a silent BMC; the device
+        # may take 1 s: ipmitool is stopped and the failure is a time-out.
+        self.bmcs.set_mode('host1', 'silent')
+        drv = self.driver('host1', timeout=1)
+        exc = self.assertRaises(base.DeviceTimeoutError, drv.power_off)
+        self.assertIn('timed out: no answer to "chassis power off" within',
+                      str(exc))
+
     def test_accepted_but_never_off(self):
         self.bmcs.set_mode('host1', 'stuck')
         drv = self.driver('host1', timeout=2)

@@ -192,6 +192,16 @@ class TestRedfish(RedfishTestBase):
         self.assertNoSecret(self.log.output + str(exc), WRONG,
                             self.bmc.password)
 
+    def test_frozen_bmc_times_out(self):
+        self.bmc.pause()
+        self.addCleanup(self.bmc.resume)
+        started = time.monotonic()
+        exc = self.assertRaises(base.DeviceTimeoutError, self.driver(
+            'host1', timeout=2).power_status)
+        print('frozen redfish BMC: gave up after %.1fs'
+              % (time.monotonic() - started))
+        self.assertIn('timed out: no answer to power status', str(exc))
+
     def test_vendor_refusals_are_handled(self):
         proxy = self.useFixture(VendorQuirks(self.bmc.url))
         drv = self.driver('host2', address=proxy.url, timeout=10)

@@ -107,7 +107,9 @@ class RedfishFencing(base.FencingDriver):
             self.params['address'], verify=verify,
             default_request_timeout=timeout,
             connect_timeout=min(timeout, 10.0),
-            server_side_retries=2, server_side_retries_delay=1)
+            # One attempt per call: the chain does the retrying, within
+            # its deadline.
+            server_side_retries=1, server_side_retries_delay=1)
         cert = self.params.get('client_cert')
         if cert:
             # sushy has no option for client certificates; its requests
@@ -130,8 +132,13 @@ class RedfishFencing(base.FencingDriver):
             return system_id
         return '/redfish/v1/Systems/%s' % system_id
 
-    def _with_system(self, deadline: float, what: str, fn):
-        """Run fn(system), connecting (or reconnecting once) as needed."""
+    def _with_system(self, deadline: float, what: str, fn,
+                     raw_http: bool = False):
+        """Run fn(system), connecting (or reconnecting once) as needed.
+
+        :param raw_http: let sushy's HTTPError through (the caller handles
+            the vendor answers); otherwise it becomes a DeviceError.
+        """
         from sushy import exceptions as sushy_exc
 
         for attempt in (1, 2):
@@ -142,6 +149,14 @@ class RedfishFencing(base.FencingDriver):
                     if not cached:
                         self._root, self._system = self._connect(deadline)
                     system = self._system
+                    # The session outlives one call; bound each request by
+                    # what is left of this call's time (sushy has no
+                    # per-request option for it).
+                    conn = getattr(self._root, '_conn', None)
+                    if conn is not None and hasattr(
+                            conn, '_default_request_timeout'):
+                        conn._default_request_timeout = max(
+                            1.0, self.remaining(deadline))
                 return fn(system)
             except sushy_exc.AccessError as exc:
                 self._drop()
@@ -165,8 +180,11 @@ class RedfishFencing(base.FencingDriver):
                 raise base.DeviceError(
                     self, 'the BMC has several systems (or none): set '
                     'system_id') from None
-            except sushy_exc.HTTPError:
-                raise
+            except sushy_exc.HTTPError as exc:
+                if raw_http:
+                    raise
+                raise base.DeviceError(self, '%s failed: HTTP %s %s' % (
+                    what, exc.status_code, exc.detail or '')) from None
             except sushy_exc.SushyError as exc:
                 self._drop()
                 raise base.DeviceError(self, '%s failed: %s'
@@ -223,7 +241,8 @@ class RedfishFencing(base.FencingDriver):
         while True:
             try:
                 self._with_system(deadline, what,
-                                  lambda system: system.reset_system(reset))
+                                  lambda system: system.reset_system(reset),
+                                  raw_http=True)
                 return
             except sushy_exc.HTTPError as exc:
                 if exc.status_code not in _REFUSED:
