@@ -38,6 +38,7 @@ Names (``host`` is set on all but the cycle-level ones):
 ``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``
 ``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (R17's
                           terminal error state)
+``forced_down_cleared``   a recovered host may report ``up`` again
 ``server_locked``         ``server``
 ``server_unlocked``       ``server``
 ``power_state_restored``  ``server``, ``status`` (SHUTOFF or ERROR)
@@ -67,6 +68,7 @@ EVACUATE_REFUSED = 'evacuate_refused'
 EVACUATE_DONE = 'evacuate_done'
 EVACUATE_FAILED = 'evacuate_failed'
 EVACUATE_GAVE_UP = 'evacuate_gave_up'
+FORCED_DOWN_CLEARED = 'forced_down_cleared'
 SERVER_LOCKED = 'server_locked'
 SERVER_UNLOCKED = 'server_unlocked'
 POWER_STATE_RESTORED = 'power_state_restored'

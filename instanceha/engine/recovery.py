@@ -116,6 +116,8 @@ class HostWorkflow:
     progress: evac_base.Progress | None = None
     resumed: bool = False
     reason: str = ''
+    #: forced_down was cleared (waiting_up), the next snapshot shows it.
+    cleared: bool = False
 
 
 class Engine:
@@ -288,6 +290,8 @@ class Engine:
             raise exceptions.CoordinationError(
                 'not the leader: %s left unchanged' % host)
         reason = states.make_marker(state, self.env.clock.now(), note)
+        # Nova takes a disabled_reason only together with status=disabled.
+        changes.setdefault('status', model.DISABLED)
         self.env.cloud.update_service(self._service(host),
                                       disabled_reason=reason, **changes)
 
@@ -537,8 +541,7 @@ class Engine:
             wf.since = self.env.clock.now() - MIGRATION_SLACK
 
         def mark():
-            self._mark(wf.host, S.FENCED, self._note(wf), forced_down=True,
-                       status=model.DISABLED)
+            self._mark(wf.host, S.FENCED, self._note(wf), forced_down=True)
             spare = wf.spare or reservation.reserve(self.env, wf.host,
                                                     snapshot)
             wf.spare = spare
@@ -592,7 +595,9 @@ class Engine:
             if progress.complete:
                 self._evacuation_complete(wf, progress)
 
-        self._submit(wf, lambda: job.step(ctx), done)
+        # Aftercare only touches instances; the host itself has moved on
+        # and its own steps hold the host lock.
+        self._submit(wf, lambda: job.step(ctx), done, lock=not aftercare)
 
     def _evacuation_complete(self, wf: HostWorkflow,
                              progress: evac_base.Progress) -> None:
@@ -659,9 +664,8 @@ class Engine:
             if last is not None and self.env.clock.now() - last < quiet:
                 return
             self._submit(wf, lambda: self._mark(
-                wf.host, S.WAITING_UP, self._note(wf), forced_down=False),
-                lambda _: self._transition(wf, S.WAITING_UP,
-                                           forced_down=False, kdump=True))
+                wf.host, S.WAITING_UP, self._note(wf)),
+                lambda _: self._transition(wf, S.WAITING_UP, kdump=True))
             return
         self._submit(wf, lambda: self._mark(wf.host, S.POWERING_ON,
                                             self._note(wf)),
@@ -674,8 +678,7 @@ class Engine:
 
         def power_on():
             result = fencer.unfence(wf.host)
-            self._mark(wf.host, S.WAITING_UP, self._note(wf),
-                       forced_down=False)
+            self._mark(wf.host, S.WAITING_UP, self._note(wf))
             return result
 
         def done(result):
@@ -691,8 +694,7 @@ class Engine:
                 self._emit(events.STEP_ERROR, wf.host,
                            state=wf.state.value, reason=wf.reason)
                 return
-            self._transition(wf, S.WAITING_UP, forced_down=False,
-                             level=result.level)
+            self._transition(wf, S.WAITING_UP, level=result.level)
 
         self._submit(wf, self._catching(power_on, exceptions.FencingError),
                      done)
@@ -706,10 +708,38 @@ class Engine:
                                                 action=action))
 
     def _step_waiting_up(self, wf: HostWorkflow) -> None:
+        """Clear forced_down, then wait until Nova reports the host up.
+
+        Nova reports a forced-down service down whatever its heartbeats,
+        and refuses to clear forced_down while ``done`` evacuation records
+        remain, i.e. until the host's compute has started and cleaned up:
+        that refusal is expected and simply retried.
+        """
         svc = self.snapshot.service(wf.host) if self.snapshot else None
-        if svc is None or svc.state != model.UP or svc.forced_down:
+        if svc is None or not self.env.coordinator.is_leader():
             return
-        if not self.env.coordinator.is_leader():
+        if svc.forced_down and not wf.cleared:
+            def clear():
+                try:
+                    self._mark(wf.host, S.WAITING_UP, self._note(wf),
+                               forced_down=False)
+                except exceptions.CloudError as exc:
+                    return exc
+                return None
+
+            def done(exc):
+                if exc is None:
+                    wf.cleared = True
+                    self._emit(events.FORCED_DOWN_CLEARED, wf.host)
+                else:
+                    LOG.info('host %s: forced_down not cleared yet: %s',
+                             wf.host, exc)
+                    wf.retry_at = (self.env.clock.monotonic() +
+                                   min(self.conf.poll, STEP_RETRY))
+
+            self._submit(wf, clear, done)
+            return
+        if svc.state != model.UP or svc.forced_down:
             return
         self._transition(wf, S.ENABLING)
         self._step_enabling(wf)

@@ -32,6 +32,8 @@ import time
 import fixtures
 from oslo_config import cfg
 import testtools
+import testtools.content
+import testtools.content_type
 
 from instanceha import conf as ha_conf
 from instanceha.engine import events
@@ -157,6 +159,9 @@ class EngineRunner(fixtures.Fixture):
         ha_conf.validate(self.conf)
         self.drivers = loader.load_configured(self.conf)
         self.record = events.RecordingEventSink()
+        self.addDetail('engine-events', testtools.content.Content(
+            testtools.content_type.UTF8_TEXT,
+            lambda: ['\n'.join(self.record.lines()).encode()]))
         self.service = runner.build(
             self.conf, self.drivers, event_sink=events.TeeEventSink(
                 events.LogEventSink(), self.record))
@@ -310,6 +315,8 @@ class TestRecovery(RecoveryTestBase):
                                     client=cloud.client)
         eng = self.engine(cloud)
         cloud.power_off('host1')
+        wait_for(lambda: cloud.service('host1').forced_down,
+                 RECOVERY_TIMEOUT, 'host1 forced down')
         wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
                  'host1 recovered')
         self.assertEqual([{'spare': 'host5'}],

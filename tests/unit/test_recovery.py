@@ -169,7 +169,7 @@ class TestFencing(testtools.TestCase):
         rig.run(10)  # stopped sending: it reboots by itself
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
         rig.cloud.revive('host1')
-        rig.run(3)
+        rig.run(6)
         self.assertEqual({}, rig.engine.host_states())
         self.assertEqual([], rig.fencer.calls)
 

@@ -95,7 +95,11 @@ class FakeCloud(ports.CloudPort):
         self.alive[host] = False
 
     def revive(self, host):
+        """The host's compute starts: it cleans up evacuated guests."""
         self.alive[host] = True
+        self.migs = [_replace(m, status='completed')
+                     if m.source_host == host and m.status == 'done' else m
+                     for m in self.migs]
 
     # -- CloudPort -----------------------------------------------------------
     def _svc(self, host):
@@ -120,6 +124,19 @@ class FakeCloud(ports.CloudPort):
                        forced_down=None):
         self.calls.append(('update_service', service.host, status,
                            disabled_reason, forced_down))
+        if status is None and forced_down is None:
+            raise exceptions.CloudError(
+                'HTTP 400: No updates were requested. Fields \'status\' or '
+                '\'forced_down\' should be specified.', status=400)
+        if disabled_reason is not None and status != model.DISABLED:
+            raise exceptions.CloudError('HTTP 400: disabled_reason needs '
+                                        'status disabled', status=400)
+        if forced_down is False and any(
+                m.source_host == service.host and m.status == 'done'
+                for m in self.migs):
+            raise exceptions.CloudError(
+                'HTTP 400: Unable to force up host %s as `done` evacuation '
+                'migration records remain' % service.host, status=400)
         svc = self.services[service.host]
         changes = {}
         if status is not None:
