@@ -324,7 +324,10 @@ class NovaCloud(ports.CloudPort):
     def list_servers(self) -> tuple[model.Server, ...]:
         raw = self._pages('list servers', '/servers/detail', 'servers',
                           'servers_links', {'all_tenants': 1})
-        return tuple(_server(s) for s in raw)
+        # A server created or deleted between two pages can shift the
+        # pages and show up twice: keep one copy of each.
+        unique = {s['id']: s for s in raw}
+        return tuple(_server(s) for s in unique.values())
 
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:
         body = self._json('list aggregates', 'GET', '/os-aggregates')
@@ -366,19 +369,23 @@ class NovaCloud(ports.CloudPort):
             root = base.rstrip('/')
             if root.endswith('/v2'):
                 root = root[:-3]
-            raw = self._pages_absolute('list images (glance)', root,
-                                       '/v2/images')
+            # Glance leaves hidden images (os_hidden) out of a listing
+            # unless asked; servers may still run from them.
+            raw = (self._pages_absolute('list images (glance)', root, {})
+                   + self._pages_absolute('list hidden images (glance)',
+                                          root, {'os_hidden': 'true'}))
             return {i['id']: _glance_image(i) for i in raw}
         raw = self._pages(
             'list images (nova image proxy)', '/images/detail', 'images',
             'images_links', {}, microversion=IMAGE_PROXY_MICROVERSION)
         return {i['id']: _proxy_image(i) for i in raw}
 
-    def _pages_absolute(self, what: str, root: str, path: str
+    def _pages_absolute(self, what: str, root: str, params: dict
                         ) -> list[dict]:
+        """Glance's listing: absolute URLs, a relative "next" link."""
         items: list[dict] = []
-        url = '%s%s?%s' % (root, path, parse.urlencode(
-            {'limit': self.conf.nova.page_size}))
+        url = '%s/v2/images?%s' % (root, parse.urlencode(
+            dict(params, limit=self.conf.nova.page_size)))
         seen = set()
         while url and url not in seen:
             seen.add(url)
@@ -399,9 +406,15 @@ class NovaCloud(ports.CloudPort):
         image_map = self.list_images() if images else {}
         migrations = (tuple(self.migrations(since=migrations_since))
                       if migrations_since is not None else ())
-        return model.Snapshot(taken_at=taken_at, services=services,
+        calls = self.api_calls
+        snap = model.Snapshot(taken_at=taken_at, services=services,
                               servers=servers, aggregates=aggregates,
                               images=image_map, migrations=migrations)
+        LOG.debug('snapshot: %d compute services, %d servers, %d '
+                  'aggregates, %d images, %d evacuation records; %d API '
+                  'calls so far', len(services), len(servers),
+                  len(aggregates), len(image_map), len(migrations), calls)
+        return snap
 
     # -- single calls -----------------------------------------------------
 

@@ -258,14 +258,17 @@ class GlanceStandIn(object):
             start_response('404 Not Found', [])
             return [b'']
         limit = int(query.get('limit', 25))
-        ids = [i['id'] for i in self.images]
+        hidden = query.get('os_hidden') == 'true'
+        images = [i for i in self.images
+                  if bool(i.get('os_hidden')) == hidden]
+        ids = [i['id'] for i in images]
         start = ids.index(query['marker']) + 1 if 'marker' in query else 0
-        page = self.images[start:start + limit]
+        page = images[start:start + limit]
         body = {'images': page, 'first': '/v2/images',
                 'schema': '/v2/schemas/images'}
-        if start + limit < len(self.images):
-            body['next'] = '/v2/images?marker=%s&limit=%d' % (
-                page[-1]['id'], limit)
+        if start + limit < len(images):
+            query.update(marker=page[-1]['id'])
+            body['next'] = '/v2/images?' + parse.urlencode(query)
         start_response('200 OK', [('Content-Type', 'application/json')])
         return [json.dumps(body).encode()]
 
@@ -343,6 +346,8 @@ class TestNovaCloudKeystone(testtools.TestCase):
                   for i in range(5)]
         images[1]['tags'] = ['evacuable']
         images[3]['evacuable'] = 'True'
+        images[4]['os_hidden'] = True
+        images[4]['tags'] = ['evacuable']
         with GlanceStandIn(images) as glance:
             admin = self.keystone.session()
             ks = self.keystone.auth_url
@@ -357,7 +362,8 @@ class TestNovaCloudKeystone(testtools.TestCase):
             self.assertEqual('glance', cloud.image_source())
             cloud.api_calls = 0
             snap = cloud.snapshot(images=True)
-            # services, servers, aggregates + 3 pages of images.
+            # services, servers, aggregates + 2 pages of visible images
+            # + 1 of hidden ones.
             self.assertEqual(6, cloud.api_calls)
         self.assertEqual(['img-%d' % i for i in range(5)],
                          sorted(snap.images))
@@ -365,4 +371,5 @@ class TestNovaCloudKeystone(testtools.TestCase):
         self.assertEqual({'evacuable': 'True'},
                          dict(snap.images['img-3'].properties))
         self.assertEqual({}, dict(snap.images['img-0'].properties))
+        self.assertEqual(('evacuable',), snap.images['img-4'].tags)
         self.assertTrue(all(glance.tokens), glance.tokens)
