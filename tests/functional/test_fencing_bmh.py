@@ -25,6 +25,7 @@ import http.server
 import json
 import os
 import re
+import ssl
 import threading
 import time
 
@@ -60,9 +61,10 @@ def merge_patch(target, patch):
 class KubeApiStandIn(fixtures.Fixture):
     """BareMetalHost resources behind a loopback HTTP server."""
 
-    def __init__(self, hosts, delay=0.3):
+    def __init__(self, hosts, delay=0.3, tls_files=None):
         super().__init__()
         self.delay = delay
+        self.tls_files = tls_files
         self.stuck = False
         self.lock = threading.Lock()
         self.patches = []
@@ -133,7 +135,15 @@ class KubeApiStandIn(fixtures.Fixture):
 
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
                                                       Handler)
-        self.url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        self.port = self.server.server_address[1]
+        scheme = 'http'
+        if self.tls_files:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self.tls_files)
+            self.server.socket = ctx.wrap_socket(self.server.socket,
+                                                 server_side=True)
+            scheme = 'https'
+        self.url = '%s://127.0.0.1:%d' % (scheme, self.port)
         self.done = threading.Event()
         threads = [threading.Thread(target=self.server.serve_forever,
                                     daemon=True),
@@ -253,3 +263,38 @@ class TestBmh(test_fencing.FencingTestBase):
         exc = self.assertRaises(base.UnreachableError,
                                 self.driver(api_url=url).power_status)
         self.assertIn('cannot connect to the Kubernetes API', str(exc))
+
+
+class TestBmhInCluster(test_fencing.FencingTestBase):
+    """Running in a pod: service account token and CA, API over HTTPS."""
+
+    def test_service_account_credentials(self):
+        sa_dir = os.path.join(self.tmp, 'serviceaccount')
+        os.mkdir(sa_dir)
+        cert, key = peers_base.self_signed_cert(self.tmp, 'kube-api')
+        with open(os.path.join(sa_dir, 'ca.crt'), 'w') as f, \
+                open(cert) as src:
+            f.write(src.read())
+        token_path = os.path.join(sa_dir, 'token')
+        with open(token_path, 'w') as f:
+            f.write(TOKEN)
+        api = self.useFixture(KubeApiStandIn(['worker-0'],
+                                             tls_files=(cert, key)))
+        self.useFixture(fixtures.MonkeyPatch(
+            'instanceha.plugins.fencing.bmh.SA_DIR', sa_dir))
+        self.useFixture(fixtures.EnvironmentVariable(
+            'KUBERNETES_SERVICE_HOST', '127.0.0.1'))
+        self.useFixture(fixtures.EnvironmentVariable(
+            'KUBERNETES_SERVICE_PORT', str(api.port)))
+        path = self.fencing_file({'compute-0': {
+            'driver': 'bmh', 'baremetalhost': 'worker-0',
+            'namespace': 'metal3', 'timeout': 5}})
+        [[drv]] = config.load(self.conf, path).hosts['compute-0'].levels
+        drv.power_off()
+        self.assertFalse(api.powered_on('worker-0'))
+        # The token is read again for every request (it rotates).
+        with open(token_path, 'w') as f:
+            f.write('rotated-but-wrong-token')
+        exc = self.assertRaises(base.AuthError, drv.power_on)
+        self.assertNotIn('rotated-but-wrong-token', str(exc))
+        self.assertNotIn(TOKEN, self.log.output)

@@ -210,13 +210,17 @@ class BmhFencing(base.FencingDriver):
                 raise base.AuthError(self, 'cannot read token file %s: %s'
                                      % (self._token_file, exc.strerror)
                                      ) from None
-            self._secrets.append(token)
+            if token not in self._secrets:
+                self._secrets.append(token)
             headers['Authorization'] = 'Bearer %s' % token
         if body is not None:
             headers['Content-Type'] = 'application/merge-patch+json'
         try:
+            # verify passed explicitly: requests would otherwise let
+            # REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE replace our CA.
             resp = self._session.request(
                 method, self.url, headers=headers, timeout=min(timeout, 30),
+                verify=self._session.verify,
                 data=json.dumps(body) if body is not None else None)
         except requests.exceptions.Timeout:
             raise base.DeviceTimeoutError(self, 'no answer from the '
