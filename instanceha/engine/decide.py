@@ -224,16 +224,16 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     for gate in drivers.gates:
         if not remaining:
             break
-        verdict = gate.check(gate_base.GateContext(
+        judged = gate.check(gate_base.GateContext(
             snapshot=snapshot, now=now, candidates=frozenset(remaining),
             failed=frozenset(failed), recovering=frozenset(in_recovery),
             monitored=frozenset(monitored)))
-        if verdict.block_all:
-            why = '%s: %s' % (gate.name, verdict.block_all)
+        if judged.block_all:
+            why = '%s: %s' % (gate.name, judged.block_all)
             blocked_by.append(why)
             blocked.update((h, 'gate ' + why) for h in remaining)
             remaining.clear()
-        for host, hwhy in sorted(verdict.blocked_hosts.items()):
+        for host, hwhy in sorted(judged.blocked_hosts.items()):
             if host in remaining:
                 blocked[host] = 'gate %s: %s' % (gate.name, hwhy)
                 remaining.discard(host)
