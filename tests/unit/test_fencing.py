@@ -141,7 +141,8 @@ hosts:
 hosts:
   compute-3: {driver: ipmi, address: a, username: u, password: p,
               adress: typo}
-''', 'compute-3', "unknown parameter 'adress'")
+''', 'compute-3', "unknown parameter 'adress'",
+                               "(did you mean 'address'?)")
 
     def test_bad_values(self):
         self.assertConfigError(

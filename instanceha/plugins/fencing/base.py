@@ -28,6 +28,7 @@ tell them apart; none of their messages ever carries a secret.
 import abc
 from collections.abc import Callable, Mapping
 import dataclasses
+import difflib
 import enum
 import logging
 import re
@@ -252,9 +253,12 @@ class FencingDriver(base.Driver):
             if key in COMMON_PARAMS:
                 continue
             if key not in self.PARAMS and not self.PASS_THROUGH:
-                self._fail('unknown parameter %r for driver %s; known: %s'
-                           % (key, self.name, ', '.join(
-                               sorted(self.PARAMS)) or '(none)'))
+                close = difflib.get_close_matches(
+                    key, [*self.PARAMS, *COMMON_PARAMS], n=1)
+                self._fail('unknown parameter %r for driver %s%s; known: %s'
+                           % (key, self.name, ' (did you mean %r?)' % close[0]
+                              if close else '', ', '.join(
+                                  sorted(self.PARAMS)) or '(none)'))
         for key, param in [*COMMON_PARAMS.items(), *self.PARAMS.items()]:
             value = self.params.get(key)
             if value is None or value == '':
