@@ -228,6 +228,21 @@ class TestRedfishTls(RedfishTestBase):
 
     tls = True
 
+    def test_fence_redfish_agent(self):
+        # Any ClusterLabs agent works through the fence-agent driver:
+        # here the real fence_redfish against the same emulator.
+        path = self.fencing_file({'host2': {
+            'driver': 'fence-agent', 'agent': 'fence_redfish',
+            'ip': '127.0.0.1', 'ipport': self.bmc.port, 'ssl_insecure': True,
+            'username': self.bmc.username, 'password_file': self.good,
+            'systems_uri': '/redfish/v1/Systems/%s'
+                           % self.bmc.systems['host2']}})
+        [[drv]] = config.load(self.conf, path).hosts['host2'].levels
+        self.assertEqual(base.PowerState.ON, drv.power_status())
+        drv.power_off()
+        self.assertEqual('Off', self.bmc.power_state('host2'))
+        self.assertNoSecret(self.log.output, self.bmc.password)
+
     def test_certificate_verified_by_default(self):
         exc = self.assertRaises(base.DeviceError,
                                 self.driver('host1').power_status)
