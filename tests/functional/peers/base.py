@@ -173,6 +173,24 @@ def write_json_file(path, data):
     os.replace(tmp, path)
 
 
+def _die_with_parent(parent_pid):
+    """preexec_fn: SIGKILL the child when the test process dies.
+
+    Python helpers also watch their parent, but binaries (redis, etcd)
+    don't; without this a killed test runner would leak them.
+    """
+    def preexec():
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001 - best effort (non-Linux)
+            return
+        if os.getppid() != parent_pid:  # parent already gone
+            os._exit(1)
+    return preexec
+
+
 class PeerProcess(fixtures.Fixture):
     """One child process with its output captured in a log file.
 
@@ -211,7 +229,8 @@ class PeerProcess(fixtures.Fixture):
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                start_new_session=True)
+                start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()))
 
     @property
     def pid(self):
