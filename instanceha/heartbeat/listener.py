@@ -212,7 +212,14 @@ class UdpListener:
         try:
             while not self._stopping:
                 timeout = max(0.0, next_hk - time.monotonic())
-                for key, _ in sel.select(timeout):
+                try:
+                    ready = sel.select(timeout)
+                except (OSError, ValueError) as exc:
+                    # Should not happen; never let it end the thread.
+                    self.errors.reject('select_error', self.name, str(exc))
+                    time.sleep(0.1)
+                    continue
+                for key, _ in ready:
                     if key.fileobj is not self._wake_r:
                         self._drain(key.fileobj)
                 if time.monotonic() >= next_hk:

@@ -286,6 +286,19 @@ class TestHeartbeatDetector(DetectorBase):
         ev = det.detect(snapshot('h'), self.clock.now())
         self.assertEqual(base.Verdict.UNKNOWN, ev['h'].verdict)
 
+    def test_dead_listener_thread_is_blind_not_failed(self):
+        self.beat('host1')
+        self.clock.advance(100)
+        self.lst.udp.stop()
+        ev = self.det.detect(snapshot('host1'), self.clock.now())['host1']
+        self.assertEqual(base.Verdict.UNKNOWN, ev.verdict)
+        self.assertIn('listener thread is not running', self.log.output)
+
+    def test_stats(self):
+        self.beat('host1')
+        self.assertEqual(1, self.det.stats()['accepted'])
+        self.assertEqual({}, hb_det.HeartbeatDetector(self.conf).stats())
+
     def test_known_hosts_follow_the_snapshot(self):
         self.verdicts(snapshot('host1'))
         self.reject(Sender('other', self.clock).packet(), p.UNKNOWN_HOST)

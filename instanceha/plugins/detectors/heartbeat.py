@@ -144,11 +144,18 @@ class HeartbeatDetector(base.Detector):
             self.listener.stop()
             self.listener = None
 
+    def stats(self) -> dict:
+        """Listener counters (accepted, rejected by reason) for metrics."""
+        return self.listener.stats() if self.listener is not None else {}
+
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         lst = self.listener
         hosts = [s.host for s in snapshot.services]
-        if lst is None or lst.started_at is None:
+        if lst is None or lst.started_at is None or not lst.udp.running:
+            if lst is not None and lst.started_at is not None:
+                LOG.error('heartbeat: the listener thread is not running; '
+                          'this witness is blind and has no vote')
             return {h: base.Evidence(h, V.UNKNOWN,
                                      'heartbeat: listener not running')
                     for h in hosts}
@@ -157,6 +164,7 @@ class HeartbeatDetector(base.Detector):
         mono = lst.now()
         for host in set(self._first_seen) - set(hosts):
             del self._first_seen[host]
+        self._isolated &= set(hosts)
         ages = {}
         for host in hosts:
             self._first_seen.setdefault(host, mono)

@@ -99,6 +99,10 @@ class KdumpDetector(base.Detector, ports.KdumpWatch):
         return last is not None and (now - last).total_seconds() <= (
             self.conf.kdump.message_timeout)
 
+    def stats(self) -> dict:
+        """Listener counters (accepted, rejected by reason) for metrics."""
+        return self.listener.stats() if self.listener is not None else {}
+
     # -- Detector ---------------------------------------------------------
 
     def detect(self, snapshot: model.Snapshot,
