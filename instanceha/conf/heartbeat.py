@@ -67,10 +67,6 @@ OPTS = [
 
 def validate(conf: cfg.ConfigOpts) -> None:
     group = conf.heartbeat
-    if group.timeout <= 1 and 'heartbeat' in conf.detection.detectors:
-        raise exceptions.ConfigurationError(
-            'option [heartbeat] timeout = %d leaves no room for a lost '
-            'packet; use at least 3 agent intervals' % group.timeout)
     if group.key_file and group.previous_key_file == group.key_file:
         raise exceptions.ConfigurationError(
             'option [heartbeat] previous_key_file names the same file as '
