@@ -28,6 +28,12 @@ Listens for the ``fence_kdump_send`` messages a kdump kernel sends (see
 
 The same instance is both: use :func:`find_watch` on the loaded
 detectors to get it.
+
+fence_kdump messages are not authenticated: whoever can send UDP from a
+host's address can make it look dumping. Keep the port on the management
+network, prefer ``address_map`` to reverse DNS, and run the heartbeat
+detector beside this one: a host that still heartbeats is ALIVE, which
+vetoes this FAILED under ``[detection] combine = veto`` or ``all``.
 """
 
 from collections.abc import Iterable
