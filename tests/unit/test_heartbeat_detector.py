@@ -504,6 +504,17 @@ class TestKdumpDetector(KdumpBase):
                          self.det.last_message('host1'))
         self.assertIsNone(self.det.last_message('host2'))
 
+    def test_beating_host_vetoes_a_spoofed_kdump_message(self):
+        # fence_kdump is unauthenticated; the documented mitigation is the
+        # heartbeat witness, whose ALIVE vetoes kdump's FAILED.
+        self.lst.handle(kdump.encode(), '192.0.2.11')
+        kd = self.det.detect(snapshot('host1'), self.clock.now())['host1']
+        alive = base.Evidence('host1', base.Verdict.ALIVE,
+                              'heartbeat: last heartbeat 1.0s ago')
+        for mode in ('veto', 'all'):
+            self.assertEqual(decide.ISOLATED,
+                             decide.combine([kd, alive], mode)[0], mode)
+
     def test_find_watch(self):
         nova = nova_det.NovaDetector(self.conf)
         self.assertIs(self.det, kd_det.find_watch([nova, self.det]))
