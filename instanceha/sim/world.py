@@ -43,6 +43,7 @@ import datetime
 import heapq
 import itertools
 import math
+import types
 
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -860,6 +861,11 @@ class SimHeartbeatListener:
     def __init__(self, world: World):
         self.world = world
         self.started_at = world.clock.monotonic()
+        #: The listener's socket side, always up in the simulation.
+        self.udp = types.SimpleNamespace(running=True)
+
+    def stats(self) -> dict:
+        return {}
 
     def now(self) -> float:
         return self.world.clock.monotonic()
