@@ -234,13 +234,6 @@ class TestRecovery(RecoveryTestBase):
         for sid in active:
             self.assertEqual('ACTIVE', cloud.server(sid).status)
         self.assertEqual('SHUTOFF', cloud.server(off).status)
-        with open(os.path.join(cloud.dir, 'service-1.log')) as f:
-            first = f.read()
-        with open(os.path.join(cloud.dir, 'service-2.log')) as f:
-            second = f.read()
-        self.assertLess(first.count('evacuate_requested host1'), len(vms))
-        self.assertIn('host_resumed host1 state=evacuating', second)
-        self.assertIn('host_state host1 enabled=True new=healthy', second)
         for sid in active + [off]:
             self.assertEqual(1, len(cloud.evacuations(sid)))
             self.assertFalse(cloud.server(sid).locked)
@@ -409,6 +402,13 @@ class TestService(RecoveryTestBase):
             self.assertNotEqual('host1', server.host)
             self.assertFalse(server.locked)
         self.assertEqual('SHUTOFF', cloud.server(off).status)
+        with open(os.path.join(cloud.dir, 'service-1.log')) as f:
+            first = f.read()
+        with open(os.path.join(cloud.dir, 'service-2.log')) as f:
+            second = f.read()
+        self.assertLess(first.count('evacuate_requested host1'), len(vms))
+        self.assertIn('host_resumed host1 state=evacuating', second)
+        self.assertIn('host_state host1 enabled=True new=healthy', second)
 
     def test_sigterm_stops_cleanly(self):
         cloud = self.cloud()
