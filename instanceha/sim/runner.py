@@ -424,6 +424,7 @@ class Simulation:
         elif name == 'capacity':
             need(2)
             w.host(host).vcpus = int(a[1])
+            w.capacity_changed(host)
             details['vcpus'] = int(a[1])
         elif name == 'service':
             need(1)

@@ -220,8 +220,7 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
             h.compute_running = False
             h.hb_since, h.last_hb = None, spec.get('last_heartbeat', -120)
         h.fence_proof = bool(spec.get('fenced', False))
-        w.hosts[name] = h
-        w.devices[name] = sim_world.Device(name=name, host=name)
+        w.add_host(h)
     for name, spec in (topo.get('devices') or {}).items():
         dev = sim_world.Device(name=name, host=spec['host'],
                                kind=spec.get('kind', 'outlet'),
@@ -297,8 +296,7 @@ def _add_migration(w: sim_world.World, spec: dict) -> None:
         srv.task_state = 'rebuilding'
         finish = float(spec.get('finishes_in', w.timing.rebuild_time))
         if mig.dest_host:
-            w._usage[mig.dest_host] = (w._usage.get(mig.dest_host, 0)
-                                       + w.flavors[srv.flavor].vcpus)
+            w.use(mig.dest_host, w.flavors[srv.flavor].vcpus)
             w.at(finish, lambda: w._rebuilt(mig))
         else:
             w.at(finish, lambda: w._schedule(mig))

@@ -220,6 +220,9 @@ class World:
         self._seq = itertools.count()
         self._mig_ids = itertools.count(1)
         self._usage: dict[str, int] = {}
+        #: (-free vCPUs, host): the scheduler's candidates, most room
+        #: first; entries whose free count is stale are skipped.
+        self._free_heap: list[tuple[int, str]] = []
         self._server_cache: dict[str, model.Server] = {}
         self.verbose_nova = True
 
@@ -269,11 +272,16 @@ class World:
             raise ScenarioError('unknown fencing device %r; devices: %s'
                                 % (name, ', '.join(sorted(self.devices))))
 
+    def add_host(self, h: Host) -> None:
+        """Add a compute host, with its BMC (a device named after it)."""
+        self.hosts[h.name] = h
+        self.devices[h.name] = Device(name=h.name, host=h.name)
+        self.capacity_changed(h.name)
+
     def add_server(self, srv: Server) -> None:
         self.servers[srv.id] = srv
         if srv.host:
-            self._usage[srv.host] = (self._usage.get(srv.host, 0)
-                                     + self.flavors[srv.flavor].vcpus)
+            self.use(srv.host, self.flavors[srv.flavor].vcpus)
             if srv.status == 'ACTIVE' and self.hosts[srv.host].powered:
                 srv.running_on.add(srv.host)
 
@@ -465,6 +473,14 @@ class World:
     def free(self, host: str) -> int:
         return self.hosts[host].vcpus - self._usage.get(host, 0)
 
+    def use(self, host: str, vcpus: int) -> None:
+        """Claim (or, negative, release) capacity on a host."""
+        self._usage[host] = self._usage.get(host, 0) + vcpus
+        self.capacity_changed(host)
+
+    def capacity_changed(self, host: str) -> None:
+        heapq.heappush(self._free_heap, (-self.free(host), host))
+
     # --- invariants -----------------------------------------------------
 
     def check_actor(self, action: str, host: str | None) -> None:
@@ -621,6 +637,11 @@ class World:
                 lambda: self._schedule(mig))
 
     def _pick(self, srv: Server, mig: Migration) -> str | None:
+        """Nova's scheduler, simplified: the most free vCPUs wins.
+
+        Only up, enabled hosts other than the source with room; ties go
+        to the first host by name.
+        """
         need = self.flavors[srv.flavor].vcpus
 
         def ok(h: Host) -> bool:
@@ -630,12 +651,22 @@ class World:
         if mig.requested_dest:
             h = self.hosts[mig.requested_dest]
             return h.name if ok(h) else None
-        best = None
-        for h in sorted(self.hosts.values(), key=lambda h: h.name):
-            if ok(h) and (best is None or self.free(h.name)
-                          > self.free(best)):
-                best = h.name
-        return best
+        heap, skipped, found = self._free_heap, [], None
+        while heap:
+            neg_free, name = heap[0]
+            if -neg_free != self.free(name):
+                heapq.heappop(heap)         # stale entry
+                continue
+            if -neg_free < need:
+                break                       # nobody has room
+            heapq.heappop(heap)
+            skipped.append((neg_free, name))
+            if ok(self.hosts[name]):
+                found = name
+                break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
 
     def _schedule(self, mig: Migration) -> None:
         srv = self.servers[mig.server_id]
@@ -652,7 +683,7 @@ class World:
         mig.dest_host = dest
         mig.status = 'pre-migrating'
         need = self.flavors[srv.flavor].vcpus
-        self._usage[dest] = self._usage.get(dest, 0) + need
+        self.use(dest, need)
         self.at(self.clock.t + self.timing.rebuild_time,
                 lambda: self._rebuilt(mig))
 
@@ -674,14 +705,14 @@ class World:
         srv.task_state = None
         self._changed(srv)
         if self._take_failure(srv, dest.name) or not dest.beating:
-            self._usage[dest.name] -= need
+            self.use(dest.name, -need)
             mig.status = 'failed'
             srv.status = 'ERROR'
             self.say('nova', 'rebuild_failed', mig.source_host,
                      server=srv.name, dest=dest.name)
             return
         mig.status = 'done'
-        self._usage[mig.source_host] -= need
+        self.use(mig.source_host, -need)
         srv.host = dest.name
         if srv.status == 'ERROR':
             srv.status = 'ACTIVE'

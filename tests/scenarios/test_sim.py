@@ -45,8 +45,7 @@ def small_world(hosts=('h1', 'h2', 'h3')):
     w = sim_world.World(clock, log)
     w.flavors['f'] = sim_world.Flavor('f', vcpus=1)
     for n, name in enumerate(hosts):
-        w.hosts[name] = sim_world.Host(name=name, id=str(n))
-        w.devices[name] = sim_world.Device(name=name, host=name)
+        w.add_host(sim_world.Host(name=name, id=str(n)))
     w.add_server(sim_world.Server(id='vm1', name='vm1', host='h1',
                                   status='ACTIVE', flavor='f'))
     return w
@@ -103,6 +102,7 @@ class TestSimCloud(testtools.TestCase):
         w = small_world()
         for h in ('h2', 'h3'):
             w.hosts[h].vcpus = 0
+            w.capacity_changed(h)
         cloud = sim_world.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = True
