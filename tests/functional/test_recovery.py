@@ -22,6 +22,7 @@ a thread pool), in this process so the test can see its events; the last
 tests run the real ``instanceha-service`` process.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -139,10 +140,25 @@ class Cloud(fixtures.Fixture):
         proc = self.bmc.ipmitool(host, 'chassis', 'power', 'off')
         assert proc.returncode == 0, proc.stderr
 
+    def power_on(self, host):
+        proc = self.bmc.ipmitool(host, 'chassis', 'power', 'on')
+        assert proc.returncode == 0, proc.stderr
+
     def recovered(self, host):
         svc = self.service(host)
         return (svc.status == 'enabled' and svc.state == 'up' and
                 not svc.forced_down)
+
+
+def manage(cloud, *args):
+    """Run the real instanceha-manage; its output (fails on rc != 0)."""
+    script = os.path.join(os.path.dirname(sys.executable),
+                          'instanceha-manage')
+    proc = subprocess.run([script, '--config-file', cloud.config_file] +
+                          list(args), capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout
 
 
 class EngineRunner(fixtures.Fixture):
@@ -302,6 +318,18 @@ class TestRecovery(RecoveryTestBase):
         self.assertEqual('off', cloud.bmc.power_state('host1'))
         gave_up = eng.record.named(events.EVACUATE_GAVE_UP, 'host1')
         self.assertEqual([vm], [d['server'] for d in gave_up])
+        # The operator's way out: list, fix, power on, clear.
+        rows = json.loads(manage(cloud, 'hosts', 'list', '--json'))
+        row, = [r for r in rows if r['host'] == 'host1']
+        self.assertEqual('failed', row['instanceha'])
+        self.assertIn('hosts clear host1', row['action'])
+        for host in ('host2', 'host3'):
+            cloud.nova.control.fail_spawn(host, 0)
+        cloud.power_on('host1')
+        print(manage(cloud, 'hosts', 'clear', 'host1'))
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 enabled after "hosts clear"')
+        self.assertEqual(3, len(cloud.evacuations(vm)))
 
     def test_reserved_host_in_same_aggregate_enabled(self):
         cloud = self.cloud(hosts=5, options={

@@ -1,0 +1,137 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""instanceha-manage hosts: what instanceha did to each compute host.
+
+``hosts list`` reads the markers instanceha writes into each compute
+service's ``disabled_reason`` (the durable state of the recovery
+workflow) and prints one line per host. ``hosts clear HOST`` hands a host
+back after an operator fixed it: a host marked FAILED (an evacuation gave
+up, or it could not be powered on) or left disabled (``leave_disabled``)
+is never re-enabled automatically. ``clear`` clears ``forced_down`` and
+marks it ``waiting_up``: the running service enables it as soon as Nova
+reports it up (``--enable`` enables it at once instead).
+"""
+
+import json
+
+from oslo_config import cfg
+
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha import exceptions
+
+S = states.HostState
+
+
+def _cloud(conf):
+    from instanceha.engine import runner
+    return runner.make_cloud(conf)
+
+
+def describe(service: model.Service) -> dict:
+    """One host's row: Nova's view plus the instanceha marker, if any."""
+    parsed = states.parse_marker(service.disabled_reason)
+    row = {
+        'host': service.host,
+        'status': service.status,
+        'state': service.state,
+        'forced_down': service.forced_down,
+        'instanceha': parsed[0].value if parsed else None,
+        'since': (parsed[1].strftime('%Y-%m-%dT%H:%M:%SZ')
+                  if parsed else None),
+        'note': parsed[2] if parsed else (service.disabled_reason or ''),
+    }
+    if parsed and parsed[0] is S.FAILED:
+        row['action'] = ('fix what the note names, then run '
+                         '"instanceha-manage hosts clear %s"'
+                         % service.host)
+    return row
+
+
+def _list(conf: cfg.ConfigOpts) -> int:
+    snapshot = _cloud(conf).snapshot()
+    rows = [describe(s) for s in sorted(snapshot.services,
+                                        key=lambda s: s.host)]
+    if conf.command.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return 0
+    header = ('HOST', 'STATUS', 'STATE', 'FORCED', 'INSTANCEHA', 'SINCE',
+              'NOTE')
+    table = [header] + [
+        (r['host'], r['status'], r['state'],
+         'yes' if r['forced_down'] else 'no', r['instanceha'] or '-',
+         r['since'] or '-', r['note']) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(6)]
+    for row in table:
+        print('  '.join([str(v).ljust(w) for v, w in zip(row, widths)] +
+                        [str(row[6])]).rstrip())
+    return 0
+
+
+def clear(cloud, host: str, enable: bool, now) -> str:
+    """Hand ``host`` back; returns what was done (for the operator)."""
+    snapshot = cloud.snapshot()
+    service = snapshot.service(host)
+    if service is None:
+        raise exceptions.InstanceHAError(
+            'no nova-compute service on host %r' % host)
+    parsed = states.parse_marker(service.disabled_reason)
+    if parsed is None:
+        raise exceptions.InstanceHAError(
+            'host %s carries no instanceha marker (disabled_reason %r); '
+            'nothing to clear' % (host, service.disabled_reason))
+    if parsed[0] not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
+        raise exceptions.InstanceHAError(
+            'host %s is %s: its recovery is still running; clear only a '
+            'host marked failed or left_disabled' % (host, parsed[0].value))
+    try:
+        if enable:
+            cloud.update_service(service, status=model.ENABLED,
+                                 forced_down=False)
+            return 'host %s enabled, forced_down cleared' % host
+        cloud.update_service(
+            service, status=model.DISABLED, forced_down=False,
+            disabled_reason=states.make_marker(S.WAITING_UP, now,
+                                               'cleared by operator'))
+    except exceptions.CloudError as exc:
+        raise exceptions.InstanceHAError(
+            'Nova refused to clear host %s: %s (a host whose evacuated '
+            'instances were not cleaned up yet must have its nova-compute '
+            'running first)' % (host, exc)) from None
+    return ('host %s: forced_down cleared; instanceha enables it once Nova '
+            'reports it up' % host)
+
+
+def _clear(conf: cfg.ConfigOpts) -> int:
+    from instanceha import clock
+    print(clear(_cloud(conf), conf.command.host, conf.command.enable,
+                clock.SystemClock().now()))
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    hosts = subparsers.add_parser(
+        'hosts', help='compute hosts and their instanceha state')
+    sub = hosts.add_subparsers(dest='action', required=True)
+    lst = sub.add_parser('list', help='every compute host with the state '
+                         'instanceha recorded in Nova')
+    lst.add_argument('--json', action='store_true',
+                     help='one JSON object per host')
+    lst.set_defaults(func=_list)
+    clr = sub.add_parser('clear', help='hand a FAILED or left-disabled host '
+                         'back after fixing it')
+    clr.add_argument('host', help='compute host name as Nova lists it')
+    clr.add_argument('--enable', action='store_true',
+                     help='enable it now instead of once Nova reports it '
+                          'up')
+    clr.set_defaults(func=_clear)
