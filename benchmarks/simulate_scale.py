@@ -67,9 +67,15 @@ def make_case(directory: str, hosts: int, per_host: int, failing: float,
     }
     with open(os.path.join(directory, 'fencing.yaml'), 'w') as f:
         yaml.safe_dump({'hosts': {n: {'driver': 'sim'} for n in names}}, f)
-    lines = ['[DEFAULT]']
-    lines += ['%s = %s' % kv for kv in sorted(options.items())]
-    lines += ['[fencing]', 'config_file = fencing.yaml']
+    groups: dict[str, list[str]] = {'DEFAULT': [],
+                                    'fencing': ['config_file = fencing.yaml']}
+    for key, value in sorted(options.items()):
+        group, _, name = key.rpartition('.')
+        groups.setdefault(group or 'DEFAULT', []).append(
+            '%s = %s' % (name, value))
+    lines = []
+    for group, opts in groups.items():
+        lines += ['[%s]' % group] + opts
     with open(os.path.join(directory, 'instanceha.conf'), 'w') as f:
         f.write('\n'.join(lines) + '\n')
     timeline = [sim_scenario.Command(FAIL_AT, 'power-off', (h,), i + 1)
@@ -167,7 +173,8 @@ def main(argv=None) -> int:
     p.add_argument('--failing', type=float, default=0.05,
                    help='share of hosts that fail (default 0.05)')
     p.add_argument('--set', action='append', default=[], metavar='OPT=VAL',
-                   help='a [DEFAULT] option, e.g. --set workers=16')
+                   help='an option, e.g. --set workers=16 or --set '
+                        'evacuation.max_in_flight=100')
     p.add_argument('--json', action='store_true',
                    help='print JSON instead of the table')
     p.add_argument('--json-file', help='also write the JSON here')
