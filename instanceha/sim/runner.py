@@ -540,6 +540,9 @@ class Simulation:
                     break
             self.clock.advance_to(max(self.end, self.clock.world_t))
             self._final()
+            for copy in self.copies.values():
+                # Unwind jobs still sleeping, so that no thread is left.
+                copy.executor.abandon()
         return Result(self)
 
     def _final(self) -> None:
