@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import textwrap
+import time
 
 from instanceha.cmd import common
 from instanceha import exceptions
@@ -86,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
                       help='list the built-in scenarios and test cases')
     p.add_argument('--quiet', action='store_true',
                    help='with the story: do not print the README first')
+    p.add_argument('--speed', type=float, metavar='N',
+                   help='with the story: play it at N simulated seconds per '
+                        'second (default: as fast as possible)')
     p.add_argument('--verbose', action='store_true',
                    help='also show the service\'s own log messages '
                         '(on standard error)')
@@ -144,11 +148,17 @@ def main(argv: list[str] | None = None) -> int:
             if not args.quiet and sc.readme:
                 print(textwrap.indent(sc.readme.strip(), '  '))
                 print()
-            sim.log.listeners.append(sim_story.Story(multi=sim.multi))
+            sim.log.listeners.append(sim_story.Story(
+                multi=sim.multi, speed=args.speed, sleep=time.sleep))
             result = sim.run()
         return 1 if result.violations else 0
 
-    return common.run(PROG, body)
+    try:
+        return common.run(PROG, body)
+    except BrokenPipeError:
+        # The reader (head, less) went away: not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == '__main__':

@@ -88,10 +88,16 @@ class Story:
     """Turns events into sentences; call it with each event."""
 
     def __init__(self, write: Callable[[str], None] = print,
-                 multi: bool = False):
+                 multi: bool = False, speed: float | None = None,
+                 sleep: Callable[[float], None] | None = None):
         self.write = write
         self.multi = multi
+        #: Simulated seconds per wall second (None: as fast as possible).
+        self.speed = speed
+        self._sleep = sleep
+        self._last_t = 0.0
         self.progress: dict[str, _Progress] = {}
+        self.plan: dict[str, str] = {}
 
     def _say(self, ev: sim_events.Event, text: str) -> None:
         who = '%s: ' % ev.source if self.multi and ev.source.startswith(
@@ -99,6 +105,9 @@ class Story:
         self.write('[%s] %s%s' % (clock(ev.t), who, text))
 
     def __call__(self, ev: sim_events.Event) -> None:
+        if self.speed and ev.t > self._last_t and ev.source != 'final':
+            self._sleep((ev.t - self._last_t) / self.speed)
+        self._last_t = max(self._last_t, ev.t)
         text = self.sentence(ev)
         if text:
             self._say(ev, text)
@@ -148,8 +157,15 @@ class Story:
             return self._final(ev, d)
         return self._engine(ev, d)
 
-    def _plan(self, ev, d) -> str:
+    def _plan(self, ev, d) -> str | None:
         decision, why = ev.event, d.get('reasons', '')
+        before = self.plan.get(ev.host, 'healthy')
+        self.plan[ev.host] = decision
+        if decision in ('recover', 'recovering') or (
+                decision == 'healthy' and before in ('recover',
+                                                     'recovering')):
+            # The workflow's own events tell these.
+            return None
         text = {
             'healthy': '{host} is healthy again',
             'ignored': '{host} is out of scope, left alone: {why}',
@@ -240,6 +256,8 @@ class Story:
             return '%s is still FAILED; waiting for an operator' % host
         if e == 'not_leader':
             return 'this copy is not the leader; it only watches'
+        if e == 'forced_down_cleared':
+            return '%s: forced_down cleared in Nova' % host
         if e == 'power_state_restored':
             return '  %s set back to %s' % (d['server'], d['status'])
         if e == 'shutdown':

@@ -348,7 +348,8 @@ class World:
                 mig.status = 'completed'
                 mig.updated_at = self.clock.t
         for srv in self.servers.values():
-            if (srv.host == h.name and srv.status == 'ACTIVE'
+            # A paused guest lived in memory only: it is gone as well.
+            if (srv.host == h.name and srv.status in ('ACTIVE', 'PAUSED')
                     and not srv.task_state):
                 srv.status = 'SHUTOFF'
                 self._changed(srv)
