@@ -116,8 +116,11 @@ class HostWorkflow:
     progress: evac_base.Progress | None = None
     resumed: bool = False
     reason: str = ''
-    #: forced_down was cleared (waiting_up), the next snapshot shows it.
-    cleared: bool = False
+    #: When forced_down was cleared (waiting_up); None: not yet.
+    cleared_at: datetime.datetime | None = None
+    #: Only a heartbeat newer than this proves the host came back (the
+    #: power-on, or for a kdump host the end of its dump).
+    up_after: datetime.datetime | None = None
 
 
 class Engine:
@@ -718,7 +721,11 @@ class Engine:
         svc = self.snapshot.service(wf.host) if self.snapshot else None
         if svc is None or not self.env.coordinator.is_leader():
             return
-        if svc.forced_down and not wf.cleared:
+        if wf.up_after is None:
+            wf.up_after = wf.entered
+        if wf.cleared_at is None:
+            # We forced it down ourselves: clear it now (idempotent, also
+            # after a restart), whatever an older snapshot says.
             def clear():
                 try:
                     self._mark(wf.host, S.WAITING_UP, self._note(wf),
@@ -729,7 +736,7 @@ class Engine:
 
             def done(exc):
                 if exc is None:
-                    wf.cleared = True
+                    wf.cleared_at = self.env.clock.now()
                     self._emit(events.FORCED_DOWN_CLEARED, wf.host)
                 else:
                     LOG.info('host %s: forced_down not cleared yet: %s',
@@ -739,7 +746,15 @@ class Engine:
 
             self._submit(wf, clear, done)
             return
-        if svc.state != model.UP or svc.forced_down:
+        if self.snapshot.taken_at < wf.cleared_at:
+            return  # read before the clear: it proves nothing
+        if svc.forced_down:
+            wf.cleared_at = None  # forced down again since: clear again
+            return
+        # Only a heartbeat newer than the power-on proves the host is back
+        # (R11): an older 'up' is the dead host's last word.
+        if svc.state != model.UP or (svc.updated_at is not None and
+                                     svc.updated_at <= wf.up_after):
             return
         self._transition(wf, S.ENABLING)
         self._step_enabling(wf)

@@ -152,9 +152,10 @@ class EvacuationJob:
             recs = records.get(srv.id, [])
             task = InstanceTask(
                 server_id=srv.id, name=srv.name,
-                original_status=srv.status if not any(
-                    r.status not in MIGRATION_RUNNING | MIGRATION_DONE
-                    for r in recs) else None,
+                original_status=srv.status if (
+                    srv.status in model.EVACUABLE_STATUSES and not any(
+                        r.status not in MIGRATION_RUNNING | MIGRATION_DONE
+                        for r in recs)) else None,
                 priority=self.strategy.priority(srv),
                 target=self.target, attempts=len(recs), records=len(recs),
                 locked_by_us=bool(recs) and srv.locked)
@@ -275,8 +276,8 @@ class EvacuationJob:
             task.state = TaskState.DONE
             task.dest = server.host
             self._emit(env, events.EVACUATE_DONE, server=task.server_id,
-                       dest=server.host, status=task.original_status or
-                       server.status)
+                       dest=server.host,
+                       status=task.original_status or server.status)
             self._unlock(env, task)
             return
         reason = 'rebuild on %s ended %s' % (rec.dest_host or '?',
