@@ -21,11 +21,14 @@ real ``instanceha-heartbeat-agent`` processes and the real
 """
 
 import os
+import signal
 import socket
 import subprocess
+import sys
 
 import fixtures
 import testtools
+from testtools import content
 
 from instanceha.engine import events
 from instanceha.engine import plan as plan_mod
@@ -105,6 +108,76 @@ class TestHeartbeatEndToEnd(test_heartbeat.HeartbeatFixture):
         self.assertEqual(['suspect', 'fencing', 'fenced'], news[:3])
         fenced = eng.record.named(events.HOST_STATE, 'host1')[2]
         self.assertFalse(fenced.get('kdump'))
+
+
+class TestHeartbeatServiceProcess(test_heartbeat.HeartbeatFixture):
+    """The real instanceha-service process, which starts the listener."""
+
+    def service(self, cloud):
+        path = os.path.join(cloud.dir, 'service.log')
+        log = open(path, 'ab')
+        self.addCleanup(log.close)
+        script = os.path.join(os.path.dirname(sys.executable),
+                              'instanceha-service')
+        proc = subprocess.Popen(
+            [script, '--config-file', cloud.config_file],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
+
+        def reap():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
+        self.addCleanup(reap)
+        self.addCleanup(lambda: self.addDetail(
+            'service.log', content.content_from_file(path, buffer_now=True)))
+
+        def read():
+            with open(path, errors='replace') as f:
+                return f.read()
+        return proc, read
+
+    def test_agent_and_service_on_loopback(self):
+        port = free_udp_port()
+        cloud = self.useFixture(rec.Cloud(hosts=3, options={
+            'detection.detectors': ['nova', 'heartbeat'],
+            'heartbeat.key_file': self.key,
+            'heartbeat.listen_addresses': ['127.0.0.1'],
+            'heartbeat.port': port,
+            'heartbeat.timeout': 3,
+            'health.port': 0,
+            'debug': True,  # the plan lines are logged at debug level
+        }))
+        vm, = cloud.boot('host1')
+        agents = {h: self.agent(h, [('127.0.0.1', port)], interval=0.3)
+                  for h in cloud.nova.hosts}
+        proc, log = self.service(cloud)
+        rec.wait_for(lambda: 'heartbeat-listener listening on '
+                     '[127.0.0.1]:%d' % port in log(), 60,
+                     'the service listening for heartbeats')
+        cloud.nova.control.kill('host1')
+        cloud.nova.wait_for_service('host1', 'down', client=cloud.client)
+        rec.wait_for(lambda: 'host host1: Nova reports its compute service '
+                     'down but its heartbeat' in log(), 60,
+                     'host1 reported isolated')
+        # Several polls (2 s each) later it is still untouched.
+        mark = len(log())
+        rec.wait_for(lambda: log()[mark:].count('plan: host1 isolated') >= 3, 60,
+                     'three more plans with host1 isolated')
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+        self.assertFalse(cloud.service('host1').forced_down)
+        self.assertEqual('enabled', cloud.service('host1').status)
+        self.assertEqual('host1', cloud.server(vm).host)
+
+        self.stop(agents['host1'])
+        rec.wait_for(lambda: cloud.service('host1').forced_down,
+                     rec.RECOVERY_TIMEOUT, 'host1 fenced once its agent '
+                     'stopped')
+        rec.wait_for(lambda: cloud.server(vm).host != 'host1',
+                     rec.RECOVERY_TIMEOUT, 'vm evacuated')
+        self.assertIsNone(proc.poll())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(0, proc.wait(60))
 
 
 class TestKdumpEndToEnd(testtools.TestCase):
