@@ -413,6 +413,13 @@ class Engine:
             if wf.spare:
                 self.drivers.reservation.adopt(svc.host, wf.spare)
             self._workflows[svc.host] = wf
+            strategy = self.drivers.evacuation
+            if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
+                # Fire-and-forget moved on before the rebuilds ended; the
+                # previous run's aftercare is lost: watch them again so
+                # they are unlocked and their power state restored.
+                self._aftercare[svc.host] = dataclasses.replace(
+                    wf, job=strategy.begin(svc.host, [], since=wf.since))
             self._emit(events.HOST_RESUMED, svc.host, state=state.value)
             if state is S.FAILED:
                 self._emit(events.HOST_FAILED_PENDING, svc.host,

@@ -87,6 +87,36 @@ class TestHappyPath(testtools.TestCase):
         self.assertEqual({}, rig.engine.host_states())
         self.assertEqual('enabled', rig.cloud.services['host1'].status)
 
+    def test_stale_up_after_power_on_is_not_trusted(self):
+        # Nova keeps saying 'up' for down_time after the last heartbeat:
+        # the host must be enabled only on a heartbeat after power-on.
+        rig = fakes.Rig(delta=5)
+        rig.cloud.down_time = 30
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        booted = []
+        orig_unfence = rig.fencer.unfence
+
+        def unfence_slow_boot(host):
+            result = orig_unfence(host)
+            rig.cloud.kill(host)  # powered on, still booting
+            booted.append(rig.clock.t)
+            return result
+
+        rig.fencer.unfence = unfence_slow_boot
+        rig.run(20)
+        self.assertTrue(booted)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        self.assertEqual('disabled', rig.cloud.services['host1'].status)
+        rig.cloud.revive('host1')
+        rig.run(5)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+        # and the host was not detected failed (fenced) a second time
+        self.assertEqual(1, sum(1 for c in rig.fencer.calls
+                                if c[0] == 'off'))
+
     def test_leave_disabled(self):
         rig = fakes.Rig(leave_disabled=True)
         vm, = rig.cloud.boot('host1', 1)
@@ -223,6 +253,25 @@ class TestSmart(testtools.TestCase):
         rig.run(20)
         self.assertEqual(4, len(rig.cloud.evacuations(vm)))
         self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+
+    def test_stop_evacuating_after_give_up(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.retries': 1,
+                           'evacuation.max_in_flight': 1})
+        bad, rest1, rest2 = rig.cloud.boot('host1', 3)
+        rig.cloud.fail_rebuild[bad] = 100
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(40)
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+        self.assertEqual(2, len(rig.cloud.evacuations(bad)))
+        self.assertEqual([], rig.cloud.evacuations(rest1))
+        self.assertEqual([], rig.cloud.evacuations(rest2))
+        gave_up = sorted(d['server'] for d in
+                         rig.events.named(events.EVACUATE_GAVE_UP))
+        self.assertEqual(sorted([bad, rest1, rest2]), gave_up)
+        for sid in (bad, rest1, rest2):
+            self.assertFalse(rig.cloud.servers[sid].locked)
 
     def test_force_enable_does_not_apply_to_smart(self):
         rig = fakes.Rig(force_enable=True, **{'evacuation.strategy': 'smart',
@@ -435,6 +484,25 @@ class TestResume(testtools.TestCase):
         rig.restart()
         rig.run(20)
         self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+
+    def test_fire_and_forget_restart_unlocks_rebuilt_instances(self):
+        rig = fakes.Rig()
+        vms = rig.cloud.boot('host1', 2)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        for _ in range(40):
+            rig.run(1)
+            if marker_state(rig, 'host1') is S.POWERING_ON:
+                break
+        # the previous process died before its aftercare unlocked them
+        for vm in vms:
+            rig.cloud.set_server_lock(vm, True)
+        rig.restart()
+        rig.run(20)
+        for vm in vms:
+            self.assertFalse(rig.cloud.servers[vm].locked)
+            self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+        self.assertEqual({}, rig.engine.host_states())
 
     def test_shutdown_marks_nothing_failed(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart'})

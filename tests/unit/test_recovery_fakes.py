@@ -75,6 +75,10 @@ class FakeCloud(ports.CloudPort):
         self.bad_dest: set[str] = set()
         self.refuse: dict[str, int] = {}
         self.locked: dict[str, bool] = {}
+        #: Like Nova's service_down_time: a dead host still shows 'up'
+        #: (with its last heartbeat) for this long.
+        self.down_time = 0.0
+        self.last_beat = {h: 0.0 for h in self.alive}
         self._ids = itertools.count(1)
         self.api_calls = 0
 
@@ -104,12 +108,15 @@ class FakeCloud(ports.CloudPort):
     # -- CloudPort -----------------------------------------------------------
     def _svc(self, host):
         svc = self.services[host]
-        state = model.UP if self.alive[host] and not svc.forced_down \
-            else model.DOWN
+        if self.alive[host]:
+            self.last_beat[host] = self.clock.t
+        beat = self.last_beat[host]
+        fresh = self.clock.t - beat <= self.down_time
+        state = model.UP if fresh and not svc.forced_down else model.DOWN
         return model.Service(
             id=svc.id, host=host, state=state, status=svc.status,
             forced_down=svc.forced_down,
-            updated_at=self.clock.now() if self.alive[host] else T0,
+            updated_at=T0 + datetime.timedelta(seconds=beat),
             disabled_reason=svc.disabled_reason, zone=svc.zone)
 
     def snapshot(self, *, images=False, migrations_since=None):

@@ -82,6 +82,9 @@ class InstanceTask:
     #: The fire-and-forget notion of success: Nova accepted the call.
     accepted: bool = False
     locked_by_us: bool = False
+    #: Resumed without knowing whether we locked it: unlock only if Nova
+    #: says it is locked.
+    verify_lock: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +182,7 @@ class EvacuationJob:
                 server_id=server_id, name=server_id, original_status=None,
                 state=TaskState.IN_FLIGHT, attempts=len(recs),
                 records=len(recs), accepted=True, locked_by_us=True,
-                started=env.clock.monotonic())
+                started=env.clock.monotonic(), verify_lock=True)
         self._classified = True
 
     def _unlock(self, env, task: InstanceTask) -> None:
@@ -272,6 +275,8 @@ class EvacuationJob:
                     self._give_up(env, task, 'rebuild did not settle within '
                                   '%d s' % timeout)
                 return
+            if task.verify_lock and not server.locked:
+                task.locked_by_us = False
             self._restore_power_state(env, task, server)
             task.state = TaskState.DONE
             task.dest = server.host
@@ -322,6 +327,7 @@ class EvacuationJob:
                 records = self._records(env)
             for task in watching:
                 self._check(env, task, records, ctx.snapshot)
+        self._stop_if_given_up(env)
         budget = ctx.budget
         for task in self.strategy.ready(self._sorted()):
             if budget <= 0 or not env.coordinator.is_leader():
@@ -329,6 +335,25 @@ class EvacuationJob:
             self._start(env, task, ctx.snapshot)
             budget -= 1
         return self.progress()
+
+    def _stop_if_given_up(self, env) -> None:
+        """R12: once one instance is given up, evacuate nothing more.
+
+        Rebuilds already running are left to finish (never disturbed);
+        instances not yet started are reported as not evacuated, so the
+        host is marked FAILED and an operator decides about them.
+        """
+        if not self.strategy.stop_on_failure:
+            return
+        given_up = sorted(t.server_id for t in self.tasks.values()
+                          if t.state is TaskState.FAILED)
+        if not given_up:
+            return
+        for task in self._sorted():
+            if task.state is TaskState.PENDING:
+                self._give_up(env, task, 'not evacuated: evacuation of %s '
+                              'stopped after %s was given up'
+                              % (self.host, given_up[0]))
 
     def release(self, env: ports.Environment) -> None:
         """Unlock what is locked but not being rebuilt (clean shutdown).
@@ -380,6 +405,9 @@ class EvacuationStrategy(base.Driver):
     #: True: an instance counts as evacuated once its rebuild is done;
     #: False: once Nova accepted the call (fire-and-forget).
     tracks: bool = True
+    #: Stop starting evacuations of a host once one instance is given up
+    #: (R12); fire-and-forget reports every refusal and goes on.
+    stop_on_failure: bool = True
 
     @property
     def retries(self) -> int:

@@ -25,6 +25,7 @@ class FireAndForget(base.EvacuationStrategy):
                    'counts as success (seed default).')
 
     tracks = False
+    stop_on_failure = False
 
     @property
     def retries(self) -> int:
