@@ -20,7 +20,6 @@ fence agents, Redfish, tooz backends), not of a mock.
 import shutil
 import subprocess
 import sys
-import time
 
 import fixtures
 import redis
@@ -239,10 +238,8 @@ class TestRedfishPeer(testtools.TestCase):
         self.assertEqual('On', rf.power_state('host1'))
         self.assertEqual(501, rf.reset('host1', 'Nonsense').status_code)
 
-        started = time.monotonic()
         self.assertEqual(204, rf.reset('host1', 'ForceOff').status_code)
         rf.wait_for_power('host1', 'Off')
-        self.assertGreaterEqual(time.monotonic() - started, 0.5)
         base.wait_until(
             lambda: not nova.control.computes()['host1']['running'], 10,
             what='power off to kill nova-compute on host1')
