@@ -28,7 +28,7 @@ MIN_KEY = 16
 MAX_KEY_FILE = 4096
 
 
-def load_key(path: str, option: str = 'key file') -> bytes:
+def load_key(path: str, option: str = 'key_file') -> bytes:
     """Read a shared key from a file (surrounding white space ignored).
 
     Error messages name the file and the option, never the content.
@@ -39,12 +39,12 @@ def load_key(path: str, option: str = 'key file') -> bytes:
     with open(path, 'rb') as f:
         raw = f.read(MAX_KEY_FILE + 1)
     if len(raw) > MAX_KEY_FILE:
-        raise ValueError('%s %s is larger than %d bytes; it should hold one '
-                         'key' % (option, path, MAX_KEY_FILE))
+        raise ValueError('option %s: file %s is larger than %d bytes; it '
+                         'should hold one key' % (option, path, MAX_KEY_FILE))
     key = raw.strip()
     if len(key) < MIN_KEY:
-        raise ValueError('%s %s holds a key of %d bytes; at least %d are '
-                         'required (e.g. "openssl rand -hex 32")'
+        raise ValueError('option %s: file %s holds a key of %d bytes; at '
+                         'least %d are required (e.g. "openssl rand -hex 32")'
                          % (option, path, len(key), MIN_KEY))
     return key
 
@@ -91,7 +91,7 @@ class KeyRing:
                              option)
             except (OSError, ValueError) as exc:
                 message = (exc if isinstance(exc, ValueError) else
-                           '%s %s cannot be read: %s'
+                           'option %s: file %s cannot be read: %s'
                            % (option, path, exc.strerror or exc))
                 if strict:
                     raise ValueError(str(message)) from None

@@ -211,7 +211,8 @@ class TestAgentAndListener(HeartbeatFixture):
              '--key-file', short, '--collector', '127.0.0.1'],
             capture_output=True, text=True, timeout=30)
         self.assertEqual(2, res.returncode)
-        self.assertIn('--key-file %s holds a key of 3 bytes' % short,
+        self.assertIn('option --key-file: file %s holds a key of 3 bytes'
+                      % short,
                       res.stderr)
         res = subprocess.run(
             [sys.executable, '-m', 'instanceha.cmd.heartbeat_agent',
