@@ -20,6 +20,8 @@ tests/functional/test_heartbeat.py and test_kdump.py.
 import datetime
 
 import fixtures
+import hypothesis
+from hypothesis import strategies as st
 from oslo_config import cfg
 import testtools
 
@@ -190,6 +192,15 @@ class TestHeartbeatListener(ListenerBase):
         self.lst.handle(b'garbage' * 20, '198.51.100.7')
         self.assertIn('99 more bad_magic packets', self.log.output)
         self.assertEqual(101, self.lst.rejects.counts[p.BAD_MAGIC])
+
+    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.given(st.binary(max_size=400), st.sampled_from(
+        ['192.0.2.1', 'fd00::1', '::ffff:192.0.2.1']))
+    def test_fuzz_handle_never_raises(self, data, sender):
+        before = self.lst.accepted + self.lst.rejects.total
+        self.lst.handle(data, sender)
+        self.assertEqual(before + 1,
+                         self.lst.accepted + self.lst.rejects.total)
 
     def test_no_key_no_listener(self):
         self.assertRaises(ValueError, lst_mod.HeartbeatListener, [], (), 1)
@@ -473,6 +484,15 @@ class TestKdumpListener(KdumpBase):
         self.assertEqual({'truncated': 2, 'oversized': 1, 'bad_magic': 1,
                           'bad_version': 1}, self.lst.rejects.counts)
         self.assertIsNone(self.lst.last_message('host1'))
+
+    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.given(st.binary(max_size=16), st.sampled_from(
+        ['192.0.2.11', '192.0.2.13', '192.0.2.99', 'fd00::12']))
+    def test_fuzz_handle_never_raises(self, data, sender):
+        before = self.lst.accepted + self.lst.rejects.total
+        self.lst.handle(data, sender)
+        self.assertEqual(before + 1,
+                         self.lst.accepted + self.lst.rejects.total)
 
     def test_new_episode_after_long_silence(self):
         self.lst.handle(kdump.encode(), '192.0.2.11')
