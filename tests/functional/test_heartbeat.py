@@ -221,6 +221,15 @@ class TestAgentAndListener(HeartbeatFixture):
         self.assertEqual(2, res.returncode)
         self.assertIn("--collector: bad address '[::1'", res.stderr)
 
+    def test_agent_needs_no_openstack_library(self):
+        res = subprocess.run(
+            [sys.executable, '-c',
+             'import sys, instanceha.cmd.heartbeat_agent; print(sorted('
+             '{m.split(".")[0] for m in sys.modules if m.startswith(('
+             '"oslo", "nova", "keystone", "stevedore", "tooz"))}))'],
+            capture_output=True, text=True, timeout=60, check=True)
+        self.assertEqual('[]', res.stdout.strip())
+
     def test_agent_count_and_unreachable_collector(self):
         lst = self.listener()
         # A collector nobody listens on must not stop the others.
