@@ -90,7 +90,9 @@ class HeartbeatDetector(base.Detector):
 
     def __init__(self, conf, listener=None):
         super().__init__(conf)
-        #: A HeartbeatListener; built by start() unless given (tests).
+        #: A HeartbeatListener; built by start() unless given (tests, the
+        #: simulator). What is used of it: started_at, now(), age(host),
+        #: set_known_hosts(hosts), udp.running, stats(), stop().
         self.listener = listener
         self._own_listener = listener is None
         self._first_seen: dict[str, float] = {}
