@@ -275,6 +275,17 @@ class TestHeartbeatDetector(DetectorBase):
         self.det.detect(snap, self.clock.now())
         self.assertEqual(1, self.log.output.count('Nova reports'))
 
+    def test_stale_nova_report_with_fresh_heartbeat_is_logged_isolated(self):
+        self.beat('host1')
+        when = datetime.datetime.fromtimestamp(self.clock.wall - 60, UTC)
+        snap = model.Snapshot(taken_at=self.clock.now(), services=(
+            model.Service('1', 'host1', model.UP, model.ENABLED,
+                          updated_at=when),))
+        ev = self.det.detect(snap, self.clock.now())['host1']
+        self.assertEqual(base.Verdict.ALIVE, ev.verdict)
+        self.assertIn('host host1: Nova reports its compute service silent '
+                      'for more than delta', self.log.output)
+
     def test_heartbeat_alive_vetoes_nova_failed(self):
         # R15 with the decide engine's combination: never FAILED.
         self.beat('host1')

@@ -176,7 +176,7 @@ class HeartbeatDetector(base.Detector):
         result = {}
         for host in hosts:
             result[host] = self._judge(snapshot.service(host), ages[host],
-                                       timeout, mono)
+                                       timeout, mono, now)
         self._prev_fresh = fresh
         if self._hold_left:
             self._hold_left -= 1
@@ -214,7 +214,8 @@ class HeartbeatDetector(base.Detector):
                       ', '.join(sorted(lost)))
 
     def _judge(self, service: model.Service | None, age: float | None,
-               timeout: int, mono: float) -> base.Evidence:
+               timeout: int, mono: float,
+               now: datetime.datetime) -> base.Evidence:
         host = service.host
 
         def ev(verdict, text):
@@ -222,19 +223,25 @@ class HeartbeatDetector(base.Detector):
 
         if age is not None and age <= timeout:
             nova_down = service.forced_down or service.state == model.DOWN
-            if nova_down:
+            # Nova's own report is stale (the nova detector's delta rule).
+            nova_stale = service.updated_at is not None and (
+                now - service.updated_at).total_seconds() > self.conf.delta
+            if nova_down or nova_stale:
                 if host not in self._isolated:
                     LOG.warning('host %s: Nova reports its compute service '
-                                'down but its heartbeat is %.1fs old: it is '
+                                '%s but its heartbeat is %.1fs old: it is '
                                 'isolated from the control plane, not dead; '
-                                'not failing it', host, age)
+                                'not failing it', host,
+                                'down' if nova_down else 'silent for more '
+                                'than delta', age)
                 self._isolated.add(host)
-                return ev(V.ALIVE, 'last heartbeat %.1fs ago; Nova says '
-                          'down: isolated from the control plane' % age)
-            if host in self._isolated:
+            elif host in self._isolated:
                 LOG.info('host %s: no longer isolated (Nova reports it up)',
                          host)
                 self._isolated.discard(host)
+            if nova_down:
+                return ev(V.ALIVE, 'last heartbeat %.1fs ago; Nova says '
+                          'down: isolated from the control plane' % age)
             return ev(V.ALIVE, 'last heartbeat %.1fs ago' % age)
         self._isolated.discard(host)
         if host in self._held:
