@@ -98,6 +98,7 @@ class Cloud(fixtures.Fixture):
                         'device_timeout': 20},
             'coordination': {'backend_url': 'file://%s/coord' % self.dir,
                              'heartbeat_interval': 0.5, 'lease_time': 3},
+            'health': {'port': peer_base.free_port()},
         }
         for key, value in self.options.items():
             group, _, name = key.rpartition('.')
