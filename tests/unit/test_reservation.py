@@ -1,0 +1,128 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The reserved-hosts strategy: which spare, claimed once, given back."""
+
+import dataclasses
+import threading
+
+import testtools
+
+from instanceha.engine import model
+from instanceha.plugins.reservation import reserved_hosts
+from tests.unit import test_recovery_fakes as fakes
+
+
+def service(host, status='enabled', reason=None, state='up', zone='az1'):
+    return model.Service(id='svc-' + host, host=host, state=state,
+                         status=status, disabled_reason=reason, zone=zone)
+
+
+SPARE = 'instanceha:reserved'
+
+
+class TestReservedHosts(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.conf = fakes.make_conf(**{
+            'reservation.strategy': 'reserved-hosts'})
+        self.strategy = reserved_hosts.ReservedHosts(self.conf)
+        self.services = [
+            service('c1'), service('c2', zone='az2'),
+            service('s-agg', 'disabled', SPARE, zone='az2'),
+            service('s-az', 'disabled', SPARE),
+            service('s-other', 'disabled', SPARE, zone='az9'),
+            service('s-down', 'disabled', SPARE, state='down'),
+            service('operator', 'disabled', 'maintenance'),
+        ]
+        self.aggs = (model.Aggregate('1', 'rack', frozenset({'c1',
+                                                             's-agg'})),)
+
+    def snap(self, services=None):
+        return model.Snapshot(taken_at=fakes.T0,
+                              services=tuple(services or self.services),
+                              aggregates=self.aggs)
+
+    def test_preference_aggregate_then_zone_then_any(self):
+        self.assertEqual(['s-agg', 's-az', 's-other'],
+                         self.strategy.candidates('c1', self.snap()))
+        # c2 shares no aggregate; its zone az2 holds s-agg
+        self.assertEqual(['s-agg', 's-az', 's-other'],
+                         self.strategy.candidates('c2', self.snap()))
+
+    def test_same_domain_only(self):
+        self.conf.set_override('same_domain_only', True, 'reservation')
+        self.assertEqual(['s-agg', 's-az'],
+                         self.strategy.candidates('c1', self.snap()))
+
+    def test_listed_hosts_are_spares_whatever_their_reason(self):
+        self.conf.set_override('reserved_hosts', ['operator'],
+                               'reservation')
+        self.assertIn('operator', self.strategy.candidates('c1',
+                                                           self.snap()))
+
+    def test_down_and_operator_disabled_are_not_spares(self):
+        found = self.strategy.candidates('c1', self.snap())
+        self.assertNotIn('s-down', found)
+        self.assertNotIn('operator', found)
+
+    def test_concurrent_claims_never_share(self):
+        clock = fakes.FakeClock()
+        cloud = fakes.FakeCloud(clock, hosts=0)
+        for svc in self.services:
+            cloud.services[svc.host] = svc
+            cloud.alive[svc.host] = svc.state == 'up'
+            cloud.last_beat[svc.host] = 0.0
+        env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
+        snap = self.snap()
+        got = {}
+        barrier = threading.Barrier(3)
+
+        def claim(host):
+            barrier.wait()
+            got[host] = self.strategy.reserve(env, host, snap)
+
+        threads = [threading.Thread(target=claim, args=(h,))
+                   for h in ('c1', 'c2', 'c3')]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(3, len(set(got.values())))
+        # the same failed host asking again keeps its spare
+        self.assertEqual(got['c1'], self.strategy.reserve(env, 'c1', snap))
+        self.assertIsNone(self.strategy.reserve(env, 'c4', snap))
+
+    def test_release_only_when_empty(self):
+        clock = fakes.FakeClock()
+        cloud = fakes.FakeCloud(clock, hosts=0)
+        cloud.services['s-az'] = service('s-az')
+        cloud.alive['s-az'] = True
+        cloud.last_beat['s-az'] = 0.0
+        env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
+        busy = model.Snapshot(
+            taken_at=fakes.T0, services=(service('s-az'),),
+            servers=(model.Server('x', 'x', 's-az', 'ACTIVE',
+                                  model.Flavor('f')),))
+        self.strategy.release(env, 'c1', 's-az', busy)
+        self.assertEqual('enabled', cloud.services['s-az'].status)
+        self.strategy.release(env, 'c1', 's-az', model.Snapshot(
+            taken_at=fakes.T0, services=(service('s-az'),)))
+        self.assertEqual('disabled', cloud.services['s-az'].status)
+        self.assertTrue(cloud.services['s-az'].disabled_reason.startswith(
+            SPARE))
+
+    def test_target_follows_option(self):
+        self.assertEqual('s1', self.strategy.evacuation_target('s1'))
+        self.conf.set_override('evacuate_to_spare', False, 'reservation')
+        self.assertIsNone(self.strategy.evacuation_target('s1'))
