@@ -199,6 +199,38 @@ class TestExecutor(testtools.TestCase):
         self.assertIsNone(ex.next_due())
 
 
+class TestSimFencing(testtools.TestCase):
+    """The sim driver through the production fencing file loader."""
+
+    def _load(self, entry):
+        from oslo_config import cfg
+
+        from instanceha import conf as ha_conf
+        from instanceha.plugins.fencing import config
+
+        conf = cfg.ConfigOpts()
+        ha_conf.register_opts(conf)
+        conf([], default_config_files=[])
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'fencing.yaml')
+        with open(path, 'w') as f:
+            f.write('hosts:\n  h1: %s\n' % entry)
+        with sim_world.active(small_world()):
+            return config.load(conf, path)
+
+    def test_unknown_target_names_it(self):
+        exc = self.assertRaises(exceptions.ConfigurationError, self._load,
+                                '{driver: sim, target: nope}')
+        self.assertIn("'nope'", str(exc))
+        self.assertIn('h1', str(exc))
+
+    def test_outside_the_simulator_it_fails_clearly(self):
+        drv = self._load('{driver: sim}').hosts['h1'].levels[0][0]
+        exc = self.assertRaises(exceptions.FencingError, drv.power_status,
+                                1.0)
+        self.assertIn('only works inside the simulator', str(exc))
+
+
 class TestScenarioFormat(testtools.TestCase):
 
     def test_unknown_command_names_line(self):
