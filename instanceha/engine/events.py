@@ -32,6 +32,9 @@ Names (``host`` is set on all but the cycle-level ones):
 ``spare_released``        ``spare``: returned to the pool, nothing landed
 ``evacuate_requested``    ``server``, ``target`` (None: scheduler),
                           ``attempt``
+``evacuate_skipped``      ``server``, ``status``: Nova cannot evacuate an
+                          instance in that status (only ACTIVE, ERROR,
+                          SHUTOFF); it stays on the failed host
 ``evacuate_refused``      ``server``, ``attempt``, ``reason``: the API
                           call failed
 ``evacuate_done``         ``server``, ``dest``, ``status``
@@ -65,6 +68,7 @@ SPARE_CLAIMED = 'spare_claimed'
 SPARE_RELEASED = 'spare_released'
 EVACUATE_REQUESTED = 'evacuate_requested'
 EVACUATE_REFUSED = 'evacuate_refused'
+EVACUATE_SKIPPED = 'evacuate_skipped'
 EVACUATE_DONE = 'evacuate_done'
 EVACUATE_FAILED = 'evacuate_failed'
 EVACUATE_GAVE_UP = 'evacuate_gave_up'
@@ -80,9 +84,9 @@ STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
 
 #: Events that mean something went wrong (logged as warnings).
-WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_FAILED,
-                      EVACUATE_GAVE_UP, HOST_FAILED_PENDING, NOT_LEADER,
-                      SNAPSHOT_FAILED, STEP_ERROR})
+WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
+                      EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
+                      NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR})
 
 
 def _value(v) -> str:

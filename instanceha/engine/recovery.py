@@ -697,7 +697,7 @@ class Engine:
                 wf.reason = str(result)
                 if wf.attempts > self.conf.power_on_retries:
                     self._fail(wf, 'power on failed %d time(s): %s' % (
-                        wf.attempts, result))
+                        wf.attempts, str(result)[:80]))
                     return
                 wf.retry_at = self.env.clock.monotonic() + self._backoff(
                     wf.attempts)

@@ -63,6 +63,19 @@ class TestHappyPath(testtools.TestCase):
         self.assertTrue(mark[3].startswith('instanceha:fenced '))
         self.assertTrue(mark[4])
 
+    def test_non_evacuable_status_left_alone_and_reported(self):
+        rig = fakes.Rig()
+        ok, = rig.cloud.boot('host1', 1)
+        paused, = rig.cloud.boot('host1', 1, status='PAUSED')
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual([], rig.cloud.evacuations(paused))
+        self.assertEqual('host1', rig.cloud.servers[paused].host)
+        self.assertEqual([{'server': paused, 'status': 'PAUSED'}],
+                         rig.events.named(events.EVACUATE_SKIPPED, 'host1'))
+        self.assertEqual('host2', rig.cloud.servers[ok].host)
+
     def test_enable_only_after_up(self):
         rig = fakes.Rig()
         rig.cloud.boot('host1', 1)

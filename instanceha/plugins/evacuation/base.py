@@ -172,6 +172,10 @@ class EvacuationJob:
                 task.accepted = True
                 task.started = env.clock.monotonic()
             elif srv.status not in model.EVACUABLE_STATUSES:
+                # Nova evacuates only ACTIVE, ERROR and SHUTOFF (R10);
+                # say so, so that nobody waits for it.
+                self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
+                           status=srv.status)
                 continue
             self.tasks[srv.id] = task
         for server_id in sorted(set(records) - set(self.tasks)):
