@@ -241,6 +241,18 @@ class TestSmart(testtools.TestCase):
         self.assertEqual('ACTIVE', rig.cloud.servers[vm].status)
         self.assertEqual({}, rig.engine.host_states())
 
+    def test_attempts_told_apart_by_id_not_time(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        rig.cloud.same_second = True
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.fail_rebuild[vm] = 2
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(30)
+        self.assertEqual(3, len(rig.cloud.evacuations(vm)))
+        self.assertEqual(2, len(rig.events.named(events.EVACUATE_FAILED)))
+        self.assertEqual({}, rig.engine.host_states())
+
     def test_retries_exhausted_marks_host_failed(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart',
                            'evacuation.retries': 3})

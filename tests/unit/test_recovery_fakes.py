@@ -78,6 +78,9 @@ class FakeCloud(ports.CloudPort):
         #: Like Nova's service_down_time: a dead host still shows 'up'
         #: (with its last heartbeat) for this long.
         self.down_time = 0.0
+        #: All records with one time stamp, listed oldest first: what
+        #: Nova's second-precision created_at can look like.
+        self.same_second = False
         self.last_beat = {h: 0.0 for h in self.alive}
         self._ids = itertools.count(1)
         self.api_calls = 0
@@ -178,7 +181,7 @@ class FakeCloud(ports.CloudPort):
         self.migs.insert(0, model.Migration(
             id=str(next(self._ids)), server_id=server_id,
             source_host=srv.host, dest_host=dest, status='accepted',
-            created_at=self.clock.now()))
+            created_at=T0 if self.same_second else self.clock.now()))
         self.servers[server_id] = _replace(srv, task_state='rebuilding')
 
     def _progress(self):
@@ -206,7 +209,7 @@ class FakeCloud(ports.CloudPort):
                (source_host is None or m.source_host == source_host) and
                (since is None or m.created_at >= since)]
         self._progress()
-        return out
+        return out[::-1] if self.same_second else out
 
     def get_server(self, server_id):
         if server_id not in self.servers:

@@ -69,8 +69,12 @@ class InstanceTask:
     state: TaskState = TaskState.PENDING
     #: Evacuate calls made (accepted or refused).
     attempts: int = 0
-    #: Migration records Nova holds for our attempts (matched by count).
-    records: int = 0
+    #: Ids of this server's migration records already accounted for: the
+    #: record of a new attempt is the one not among them (time stamps of
+    #: two quick attempts may be equal, ids never are).
+    known: set[str] = dataclasses.field(default_factory=set)
+    #: The record of the attempt being watched, once seen.
+    current: str | None = None
     #: Destination host -> failed rebuilds there (R17).
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Host asked for in the next/current call; None lets Nova choose.
@@ -153,6 +157,8 @@ class EvacuationJob:
         """
         for srv in self._servers:
             recs = records.get(srv.id, [])
+            live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
+                r for r in recs if r.status in MIGRATION_DONE]
             task = InstanceTask(
                 server_id=srv.id, name=srv.name,
                 original_status=srv.status if (
@@ -160,14 +166,16 @@ class EvacuationJob:
                         r.status not in MIGRATION_RUNNING | MIGRATION_DONE
                         for r in recs)) else None,
                 priority=self.strategy.priority(srv),
-                target=self.target, attempts=len(recs), records=len(recs),
+                target=self.target, attempts=len(recs),
+                known={r.id for r in recs},
                 locked_by_us=bool(recs) and srv.locked)
             for rec in recs:
                 if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
                         and rec.dest_host):
                     task.failures[rec.dest_host] = task.failures.get(
                         rec.dest_host, 0) + 1
-            if recs and recs[0].status in MIGRATION_RUNNING | MIGRATION_DONE:
+            if live:
+                task.current = live[0].id
                 task.state = TaskState.IN_FLIGHT
                 task.accepted = True
                 task.started = env.clock.monotonic()
@@ -182,10 +190,15 @@ class EvacuationJob:
             # Left the host already (rebuilt elsewhere) before a restart:
             # watch it to the end so that it is unlocked.
             recs = records[server_id]
+            live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
+                r for r in recs if r.status in MIGRATION_DONE]
+            if not live:
+                continue  # every attempt failed: it is not ours to watch
             self.tasks[server_id] = InstanceTask(
                 server_id=server_id, name=server_id, original_status=None,
                 state=TaskState.IN_FLIGHT, attempts=len(recs),
-                records=len(recs), accepted=True, locked_by_us=True,
+                known={r.id for r in recs}, current=live[0].id,
+                accepted=True, locked_by_us=True,
                 started=env.clock.monotonic(), verify_lock=True)
         self._classified = True
 
@@ -259,12 +272,17 @@ class EvacuationJob:
         timeout = self.strategy.timeout
         overdue = (task.started is not None and timeout and
                    env.clock.monotonic() - task.started > timeout)
-        if len(recs) < task.records or recs[0].status in MIGRATION_RUNNING:
+        if task.current is None:
+            new = [r for r in recs if r.id not in task.known]
+            if new:
+                task.current = new[0].id
+                task.known.add(new[0].id)
+        rec = next((r for r in recs if r.id == task.current), None)
+        if rec is None or rec.status in MIGRATION_RUNNING:
             if overdue:
                 self._give_up(env, task, 'rebuild did not finish within '
                               '%d s' % timeout)
             return
-        rec = recs[0]
         if rec.status in MIGRATION_DONE:
             try:
                 server = env.cloud.get_server(task.server_id)
@@ -289,6 +307,7 @@ class EvacuationJob:
                        status=task.original_status or server.status)
             self._unlock(env, task)
             return
+        task.current = None
         reason = 'rebuild on %s ended %s' % (rec.dest_host or '?',
                                              rec.status)
         self._emit(env, events.EVACUATE_FAILED, server=task.server_id,
@@ -310,7 +329,7 @@ class EvacuationJob:
                        attempt=task.attempts, reason=str(exc))
             self._failed_attempt(env, task, None, reason, snapshot)
             return
-        task.records += 1
+        task.current = None
         task.state = TaskState.IN_FLIGHT
         task.accepted = True
         task.started = env.clock.monotonic()
