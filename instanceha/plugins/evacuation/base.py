@@ -327,7 +327,9 @@ class EvacuationJob:
             reason = 'evacuate refused: %s' % exc
             self._emit(env, events.EVACUATE_REFUSED, server=task.server_id,
                        attempt=task.attempts, reason=str(exc))
-            self._failed_attempt(env, task, None, reason, snapshot)
+            # A refusal naming a target may be the target's fault (R17:
+            # after same_target_retries, try elsewhere).
+            self._failed_attempt(env, task, task.target, reason, snapshot)
             return
         task.current = None
         task.state = TaskState.IN_FLIGHT
