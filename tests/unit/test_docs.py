@@ -1,0 +1,168 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The docs under doc/ must not drift from the code they describe.
+
+The state diagram is generated from ``states.TRANSITIONS``; options,
+``instanceha-manage`` commands and metrics named in the docs must exist.
+"""
+
+import argparse
+import glob
+import importlib
+import importlib.util
+import os
+import re
+
+import testtools
+
+from instanceha.cmd import manage
+from instanceha import conf as ha_conf
+from instanceha import coordination
+from instanceha.engine import ports
+from instanceha.engine import states
+from instanceha import health
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+DOC = os.path.join(ROOT, 'doc')
+LIFECYCLE = os.path.join(DOC, 'host-lifecycle.md')
+
+#: Inline code spans and fenced code blocks: where names are written.
+_FENCED = re.compile(r'^```.*?^```', re.M | re.S)
+_INLINE = re.compile(r'`([^`]+)`')
+_OPTION = re.compile(r'^\[(\w+)\]\s+(\w+)')
+_MANAGE = re.compile(r'instanceha-manage(?:\s+--config-file\s+\S+)?'
+                     r'\s+([a-z]+)(?:\s+([a-z]+))?')
+_METRIC = re.compile(r'(?<![\w./:-])(instanceha_[a-z_]+)')
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location(
+        'gen_state_diagram', os.path.join(ROOT, 'tools',
+                                          'gen-state-diagram.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _docs() -> dict[str, str]:
+    result = {}
+    for path in sorted(glob.glob(os.path.join(DOC, '*.md'))):
+        with open(path) as f:
+            result[os.path.basename(path)] = f.read()
+    return result
+
+
+def _code(text: str) -> list[str]:
+    """Every code block and inline code span of a Markdown text."""
+    blocks = _FENCED.findall(text)
+    rest = _FENCED.sub('', text)
+    return blocks + _INLINE.findall(rest)
+
+
+class _Coordinator(ports.Coordinator):
+    """Just enough of a coordinator for the scrape-time gauges."""
+
+    def is_leader(self) -> bool:
+        return True
+
+    def host_lock(self, host: str):
+        raise NotImplementedError
+
+    def status(self) -> coordination.Status:
+        return coordination.Status(
+            member_id='m', backend='file:///x', connected=True, leader=True,
+            error=None, last_loss=None, members=1, elections_won=1,
+            stopping=False)
+
+
+class TestStateDiagram(testtools.TestCase):
+
+    def test_diagram_matches_the_table(self):
+        tool = _tool()
+        with open(LIFECYCLE) as f:
+            found = tool.current_block(f.read())
+        self.assertIsNotNone(found, 'doc/host-lifecycle.md lost its '
+                             'state-diagram markers')
+        self.assertEqual(
+            tool.block(), found,
+            'doc/host-lifecycle.md does not match '
+            'instanceha.engine.states.TRANSITIONS; run: %s'
+            % tool.REGENERATE)
+
+    def test_every_state_is_explained(self):
+        with open(LIFECYCLE) as f:
+            text = f.read()
+        for state in states.HostState:
+            self.assertIn('| `%s` |' % state.value, text,
+                          'doc/host-lifecycle.md: no row for state %s'
+                          % state.value)
+
+    def test_a_missing_label_is_an_error(self):
+        tool = _tool()
+        del tool.LABELS[('healthy', 'suspect')]
+        self.assertRaisesRegex(ValueError, 'no label for healthy -> suspect',
+                               tool.transitions)
+
+
+class TestNamesInDocs(testtools.TestCase):
+    """Every option, command and metric the docs name exists."""
+
+    def test_options_exist(self):
+        known = {(group, opt.dest) for group, opts in ha_conf.list_opts()
+                 for opt in opts}
+        known |= {(group, opt.name) for group, opts in ha_conf.list_opts()
+                  for opt in opts}
+        bad = []
+        for name, text in _docs().items():
+            for span in _code(text):
+                m = _OPTION.match(span)
+                if m and m.groups() not in known:
+                    bad.append('%s: [%s] %s' % (name, *m.groups()))
+        self.assertEqual([], bad, 'options named in doc/ that do not exist')
+
+    def test_manage_commands_exist(self):
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        for module in manage.COMMAND_MODULES:
+            importlib.import_module(module).add_parsers(sub)
+        commands = {}
+        for name, cmd in sub.choices.items():
+            actions = [a for a in cmd._actions
+                       if isinstance(a, argparse._SubParsersAction)]
+            commands[name] = set(actions[0].choices) if actions else None
+        bad = []
+        for doc, text in _docs().items():
+            for span in _code(text):
+                for group, action in _MANAGE.findall(span):
+                    if group not in commands:
+                        bad.append('%s: instanceha-manage %s' % (doc, group))
+                    elif commands[group] is not None and (
+                            action not in commands[group]):
+                        bad.append('%s: instanceha-manage %s %s'
+                                   % (doc, group, action))
+        self.assertEqual([], bad, 'commands named in doc/ that do not exist')
+
+    def test_metrics_exist(self):
+        metrics = health.Metrics()
+        health.Monitor(metrics, stuck_after=60,
+                       coordinator=_Coordinator())
+        text = metrics.render().decode()
+        families = set(re.findall(r'^# TYPE (\S+) ', text, re.M))
+        with open(os.path.join(DOC, 'operations.md')) as f:
+            spans = _code(f.read())
+        named = {name for s in spans for name in _METRIC.findall(s)}
+        self.assertTrue(named, 'doc/operations.md names no metric')
+        self.assertEqual(set(), named - families,
+                         'metrics named in doc/operations.md that '
+                         '/metrics does not serve')
