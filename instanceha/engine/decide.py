@@ -227,7 +227,9 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         judged = gate.check(gate_base.GateContext(
             snapshot=snapshot, now=now, candidates=frozenset(remaining),
             failed=frozenset(failed), recovering=frozenset(in_recovery),
-            monitored=frozenset(monitored)))
+            monitored=frozenset(monitored),
+            reasons={h: tuple(candidates[h][0]) for h in remaining},
+            servers={h: candidates[h][1] for h in remaining}))
         if judged.block_all:
             why = '%s: %s' % (gate.name, judged.block_all)
             blocked_by.append(why)

@@ -13,6 +13,7 @@
 """Gates allow or block the plan as a whole or per host (R5, R6, R19)."""
 
 import abc
+from collections.abc import Mapping
 import dataclasses
 import datetime
 
@@ -46,6 +47,13 @@ class GateContext:
     #: Every host in scope: all nova-compute hosts except those an
     #: out-of-scope filter dropped (operator-disabled ones).
     monitored: frozenset[str]
+    #: For each candidate, what the detectors said: for gates that
+    #: explain the proposal to someone else (veto hooks).
+    reasons: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=dict)
+    #: For each candidate, its eligible instances (what would move).
+    servers: Mapping[str, tuple[model.Server, ...]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def unhealthy(self) -> frozenset[str]:
