@@ -43,6 +43,7 @@ _INLINE = re.compile(r'`([^`]+)`')
 _OPTION = re.compile(r'^\[(\w+)\]\s+(\w+)')
 _MANAGE = re.compile(r'instanceha-manage(?:\s+--config-file\s+\S+)?'
                      r'\s+([a-z]+)(?:\s+([a-z]+))?')
+_LINK = re.compile(r'\]\(([^)#\s]*)(?:#([^)\s]+))?\)')
 _METRIC = re.compile(r'(?<![\w./:-])(instanceha_[a-z_]+)')
 
 
@@ -166,3 +167,31 @@ class TestNamesInDocs(testtools.TestCase):
         self.assertEqual(set(), named - families,
                          'metrics named in doc/operations.md that '
                          '/metrics does not serve')
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r'[^\w\- ]', '', heading.strip().lower())
+    return text.replace(' ', '-')
+
+
+class TestLinks(testtools.TestCase):
+
+    def test_links_resolve(self):
+        docs = _docs()
+        anchors = {name: {_slug(h) for h in re.findall(
+            r'^#+ (.+)$', _FENCED.sub('', text), re.M)}
+            for name, text in docs.items()}
+        bad = []
+        for name, text in docs.items():
+            for target, anchor in _LINK.findall(_FENCED.sub('', text)):
+                if target.startswith(('http://', 'https://')):
+                    continue
+                path = os.path.normpath(os.path.join(DOC, target or name))
+                if not os.path.exists(path):
+                    bad.append('%s: %s' % (name, target))
+                elif anchor and anchor not in anchors.get(
+                        os.path.basename(path) if os.path.dirname(path) ==
+                        DOC else '', set()):
+                    bad.append('%s: %s#%s' % (name, target, anchor))
+        self.assertEqual([], bad, 'broken links in doc/')
