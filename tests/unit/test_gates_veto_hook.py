@@ -21,6 +21,7 @@ import base64
 import http.server
 import json
 import os
+import ssl
 import stat
 import sys
 import threading
@@ -365,7 +366,14 @@ class HookServer(fixtures.Fixture):
         '/bad-json': (409, '{"veto": "host3"}'),
     }
 
+    def __init__(self, tls=False):
+        super().__init__()
+        self.tls = tls
+
     def _setUp(self):
+        # Loopback requests must never go through a proxy.
+        for var in ('no_proxy', 'NO_PROXY'):
+            self.useFixture(fixtures.EnvironmentVariable(var, '127.0.0.1'))
         self.requests = []
         fixture = self
 
@@ -401,13 +409,25 @@ class HookServer(fixtures.Fixture):
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
                                                       Handler)
         self.server.daemon_threads = True
+        scheme = 'http'
+        if self.tls:
+            # A real TLS endpoint with its own self-signed certificate.
+            from tests.functional.peers import base as peers
+            tmp = self.useFixture(fixtures.TempDir()).path
+            self.cert, key = peers.self_signed_cert(tmp, 'hook')
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.cert, key)
+            self.server.socket = ctx.wrap_socket(self.server.socket,
+                                                 server_side=True)
+            scheme = 'https'
         thread = threading.Thread(target=self.server.serve_forever,
                                   daemon=True)
         thread.start()
         self.addCleanup(self.server.server_close)
         self.addCleanup(self.server.shutdown)
         self.addCleanup(self.release.set)
-        self.base = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        self.base = '%s://127.0.0.1:%d' % (scheme,
+                                           self.server.server_address[1])
 
 
 class TestHttpHooks(testtools.TestCase):
@@ -461,9 +481,8 @@ class TestHttpHooks(testtools.TestCase):
     def test_slow_answer_is_a_timeout(self):
         p = plan_with([self.url('/slow')], timeout=0.5)
         self.assertEqual([], p.to_recover())
-        self.assertIn('hook %s failed: ' % self.url('/slow'),
-                      p.blocked_by[0])
-        self.assertIn('timed out', p.blocked_by[0])
+        self.assertIn('hook %s failed: no answer within 0.5s'
+                      % self.url('/slow'), p.blocked_by[0])
 
     def test_credentials_are_sent_never_shown(self):
         secret = self.srv.base.replace('http://',
@@ -486,6 +505,28 @@ class TestHttpHooks(testtools.TestCase):
         self.assertIn('hook %s vetoes host3: etcd member' % hook, reason)
         self.assertIn('; hook %s vetoes host3: rack3' % self.url('/veto-one'),
                       reason)
+
+
+class TestHttpsHooks(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.srv = self.useFixture(HookServer(tls=True))
+
+    def test_verified_with_ca_file(self):
+        url = self.srv.base + '/veto-one'
+        p = plan_with([url], ca_file=self.srv.cert)
+        self.assertEqual(['host1'], [d.host for d in p.to_recover()])
+        self.assertIn('hook %s vetoes host3: rack3' % url,
+                      p.decision('host3').reasons[-1])
+
+    def test_unknown_certificate_is_an_error(self):
+        url = self.srv.base + '/allow'
+        p = plan_with([url])
+        self.assertEqual([], p.to_recover())
+        self.assertIn('hook %s failed: cannot reach it: [SSL: '
+                      'CERTIFICATE_VERIFY_FAILED]' % url, p.blocked_by[0])
+        self.assertEqual([], self.srv.requests)
 
 
 class TestHelpers(testtools.TestCase):

@@ -255,6 +255,9 @@ class HttpHook(Hook):
         except (urllib.error.URLError, http.client.HTTPException,
                 OSError) as exc:
             why = getattr(exc, 'reason', None) or exc
+            if isinstance(why, TimeoutError):
+                return Answer(self.name, error='no answer within %gs'
+                              % timeout)
             return Answer(self.name, error='cannot reach it: %s' % why)
         text = body.decode('utf-8', 'replace')
         if 200 <= status < 300:
