@@ -27,10 +27,15 @@ def _list_drivers(conf: cfg.ConfigOpts) -> int:
 
 def _validate_config(conf: cfg.ConfigOpts) -> int:
     # Options were validated at start-up; loading the drivers runs each
-    # driver's own validate().
+    # driver's own validate(), and loading the fencing file validates every
+    # host's devices, exactly as the service does before its first cycle.
+    from instanceha.plugins.fencing import topology
+
     loaded = loader.load_configured(conf)
-    print('configuration OK: %s' % ', '.join(
-        '%s' % drv.name for drv in loaded.all()))
+    fencing = topology.Topology.from_conf(conf)
+    print('configuration OK: drivers %s; fencing file %s with %d host(s)'
+          % (', '.join(drv.name for drv in loaded.all()), fencing.file.path,
+             len(fencing.file.hosts)))
     return 0
 
 

@@ -59,3 +59,15 @@ class TestConsoleScripts(testtools.TestCase):
         self.assertEqual(0, res.returncode, res.stderr)
         self.assertIn('instanceha.fencing', res.stdout)
         self.assertIn('noop', res.stdout)
+
+    def test_config_validate_reads_the_fencing_file(self):
+        fencing = os.path.join(self.tmp, 'fencing.yaml')
+        with open(fencing, 'w') as f:
+            f.write('hosts:\n  compute-1:\n    driver: ipmi\n'
+                    '    adress: 192.0.2.1\n')
+        res = run('instanceha.cmd.manage', 'config', 'validate',
+                  conf_text='[fencing]\nconfig_file = %s\n' % fencing,
+                  tmp=self.tmp)
+        self.assertEqual(2, res.returncode, res.stdout)
+        self.assertIn('compute-1', res.stderr)
+        self.assertIn("'adress'", res.stderr)
