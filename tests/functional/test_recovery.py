@@ -231,6 +231,8 @@ class TestRecovery(RecoveryTestBase):
         active = cloud.boot('host1', 2)
         off, = cloud.boot('host1', 1, name='off')
         cloud.stop_server(off)
+        err, = cloud.boot('host1', 1, name='err')
+        cloud.client.servers.reset_state(err, 'error')
         other, = cloud.boot('host2', 1)
         eng = self.engine(cloud)
         t0 = time.monotonic()
@@ -242,10 +244,20 @@ class TestRecovery(RecoveryTestBase):
         self.assertEqual('disabled', svc.status)
         parsed = states.parse_marker(svc.disabled_reason)
         self.assertIsNotNone(parsed, svc.disabled_reason)
-        wait_for(lambda: all(cloud.server(s).host != 'host1' and
-                             cloud.server(s).status in ('ACTIVE', 'SHUTOFF')
-                             for s in active + [off]),
-                 RECOVERY_TIMEOUT, 'instances rebuilt elsewhere')
+        want = dict.fromkeys(active, 'ACTIVE')
+        want[off] = 'SHUTOFF'
+        want[err] = 'ERROR'
+
+        def rebuilt():
+            servers = {s: cloud.server(s) for s in want}
+            return all(srv.host != 'host1' and srv.status == want[s] and
+                       not srv.locked and not getattr(
+                           srv, 'OS-EXT-STS:task_state', None)
+                       for s, srv in servers.items())
+
+        wait_for(rebuilt, RECOVERY_TIMEOUT,
+                 'instances rebuilt elsewhere in their power state, '
+                 'unlocked')
         t_rebuilt = time.monotonic() - t0
         wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
                  'host1 enabled, up, not forced down')
@@ -258,7 +270,8 @@ class TestRecovery(RecoveryTestBase):
         for sid in active:
             self.assertEqual('ACTIVE', cloud.server(sid).status)
         self.assertEqual('SHUTOFF', cloud.server(off).status)
-        for sid in active + [off]:
+        self.assertEqual('ERROR', cloud.server(err).status)
+        for sid in active + [off, err]:
             self.assertEqual(1, len(cloud.evacuations(sid)))
             self.assertFalse(cloud.server(sid).locked)
         self.assertEqual('host2', cloud.server(other).host)
