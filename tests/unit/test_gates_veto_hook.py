@@ -180,8 +180,7 @@ class TestExecHooks(testtools.TestCase):
                       p.blocked_by[0])
         self.assertIn('([veto_hooks] on_error = veto)', p.blocked_by[0])
         # on_error = allow: recovered, and the error is still logged.
-        log = self.useFixture(fixtures.FakeLogger(
-            name=veto_hook.__name__))
+        log = self.useFixture(fixtures.FakeLogger())
         p = plan_with([hook], timeout=1.0, on_error='allow')
         self.assertEqual(['host1', 'host3'],
                          [d.host for d in p.to_recover()])

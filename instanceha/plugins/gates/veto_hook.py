@@ -187,8 +187,12 @@ class ExecHook(Hook):
         try:
             proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
-            # A child that left the session still holds the pipes.
-            pass
+            # A child that left the session still holds the pipes: stop
+            # reading them; the killed hook itself is reaped.
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+            proc.wait(timeout=5)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
