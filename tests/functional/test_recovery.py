@@ -378,6 +378,34 @@ class TestRecovery(RecoveryTestBase):
             self.assertEqual('host5', cloud.server(sid).host)
 
 
+class TestOrchestrated(RecoveryTestBase):
+
+    def test_priority_order_on_real_nova(self):
+        cloud = self.cloud(options={'evacuation.strategy': 'orchestrated'})
+        key = 'instanceha:priority'
+        db, = cloud.boot('host1', 1, name='db', metadata={key: '10'})
+        apps = cloud.boot('host1', 2, name='app', metadata={key: '5'})
+        rest, = cloud.boot('host1', 1, name='rest')
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: cloud.service('host1').forced_down,
+                 RECOVERY_TIMEOUT, 'host1 forced down')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 recovered')
+        lines = [(e, d['server']) for e, _h, d in eng.record.events
+                 if e in (events.EVACUATE_REQUESTED, events.EVACUATE_DONE)]
+        order = [srv for e, srv in lines]
+        self.assertEqual((events.EVACUATE_REQUESTED, db), lines[0])
+        # each priority starts only once the higher one is rebuilt
+        self.assertLess(order.index(db, 1), order.index(apps[0]))
+        last_app_done = max(i for i, (e, srv) in enumerate(lines)
+                            if e == events.EVACUATE_DONE and srv in apps)
+        self.assertLess(last_app_done, order.index(rest))
+        for sid in [db, rest] + apps:
+            self.assertEqual(1, len(cloud.evacuations(sid)))
+            self.assertNotEqual('host1', cloud.server(sid).host)
+
+
 class TestRestart(RecoveryTestBase):
 
     def test_killed_mid_evacuation_evacuates_each_once(self):
