@@ -163,6 +163,9 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     scope_filters = [f for f in drivers.filters if f.out_of_scope]
     host_filters = [f for f in drivers.filters if not f.out_of_scope]
     evidence = [det.detect(snapshot, now) for det in drivers.detectors]
+    # Under ``all``, every witness that votes on every host must vote.
+    witnesses = sum(not getattr(det, 'reports_failures_only', False)
+                    for det in drivers.detectors)
 
     hosts = sorted({s.host for s in snapshot.services} | set(recovering))
     decided: dict[str, plan_mod.HostDecision] = {}
@@ -172,8 +175,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     for host in hosts:
         service = snapshot.service(host)
         verdict, reasons = combine(
-            [ev[host] for ev in evidence if host in ev], mode,
-            len(evidence))
+            [ev[host] for ev in evidence if host in ev], mode, witnesses)
         reasons = list(reasons)
         rstate = recovery_state(service, recovering, host)
         if rstate is not None:

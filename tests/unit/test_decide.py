@@ -96,9 +96,10 @@ class FakeDetector(det_base.Detector):
 
     name = 'fake'
 
-    def __init__(self, conf, verdicts):
+    def __init__(self, conf, verdicts, failures_only=False):
         super().__init__(conf)
         self.verdicts = verdicts
+        self.reports_failures_only = failures_only
 
     def detect(self, snapshot, now):
         return {h: det_base.Evidence(h, v, 'fake: %s' % v.value)
@@ -278,11 +279,11 @@ class TestMakePlan(testtools.TestCase):
 class TestCombine(testtools.TestCase):
     """[detection] combine with a second witness (R15)."""
 
-    def plan(self, mode, fake, down=('host1',)):
+    def plan(self, mode, fake, down=('host1',), failures_only=False):
         conf = make_conf(detection={'combine': mode})
         services, servers = cloud(4, down=set(down))
         drv = drivers(conf)
-        drv.detectors.append(FakeDetector(conf, fake))
+        drv.detectors.append(FakeDetector(conf, fake, failures_only))
         return decide.make_plan(snapshot(services, servers), drv, conf,
                                 NOW)
 
@@ -305,6 +306,15 @@ class TestCombine(testtools.TestCase):
         self.assertEqual(D.RECOVER, p.decision('host1').decision)
         p = self.plan('all', {})
         self.assertEqual(D.UNKNOWN, p.decision('host1').decision)
+
+    def test_all_does_not_wait_for_a_failures_only_witness(self):
+        # kdump is silent about hosts that are not dumping: under ``all``
+        # its silence must not turn an ordinary failure into unknown.
+        p = self.plan('all', {}, failures_only=True)
+        self.assertEqual(D.RECOVER, p.decision('host1').decision)
+        p = self.plan('all', {'host1': det_base.Verdict.FAILED},
+                      failures_only=True)
+        self.assertEqual(D.RECOVER, p.decision('host1').decision)
 
     def test_any_acts_on_one_witness(self):
         p = self.plan('any', {'host2': det_base.Verdict.FAILED}, down=())

@@ -39,6 +39,11 @@ class Evidence:
 class Detector(base.Driver):
     """One witness of a host's health."""
 
+    #: True for a witness that only ever reports failures (kdump speaks up
+    #: only while a host dumps): its silence is not a missing vote, so
+    #: ``[detection] combine = all`` does not wait for it.
+    reports_failures_only: bool = False
+
     @abc.abstractmethod
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, Evidence]:
