@@ -76,6 +76,20 @@ class TestHappyPath(testtools.TestCase):
                          rig.events.named(events.EVACUATE_SKIPPED, 'host1'))
         self.assertEqual('host2', rig.cloud.servers[ok].host)
 
+    def test_instance_locked_by_its_owner_stays_locked(self):
+        rig = fakes.Rig()
+        mine, = rig.cloud.boot('host1', 1)
+        theirs, = rig.cloud.boot('host1', 1)
+        rig.cloud.set_server_lock(theirs, True)
+        rig.cloud.calls.clear()
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertTrue(rig.cloud.servers[theirs].locked)
+        self.assertEqual('host2', rig.cloud.servers[theirs].host)
+        self.assertNotIn(('unlock', theirs), rig.cloud.calls)
+        self.assertIn(('unlock', mine), rig.cloud.calls)
+
     def test_enable_only_after_up(self):
         rig = fakes.Rig()
         rig.cloud.boot('host1', 1)

@@ -89,6 +89,8 @@ class InstanceTask:
     #: Resumed without knowing whether we locked it: unlock only if Nova
     #: says it is locked.
     verify_lock: bool = False
+    #: Locked by someone else before we started: left exactly as it is.
+    foreign_lock: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +170,8 @@ class EvacuationJob:
                 priority=self.strategy.priority(srv),
                 target=self.target, attempts=len(recs),
                 known={r.id for r in recs},
-                locked_by_us=bool(recs) and srv.locked)
+                locked_by_us=bool(recs) and srv.locked,
+                foreign_lock=not recs and srv.locked)
             for rec in recs:
                 if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
                         and rec.dest_host):
@@ -315,7 +318,8 @@ class EvacuationJob:
         self._failed_attempt(env, task, rec.dest_host, reason, snapshot)
 
     def _start(self, env, task: InstanceTask, snapshot) -> None:
-        if self.strategy.lock_instances and not task.locked_by_us:
+        if (self.strategy.lock_instances and not task.locked_by_us and
+                not task.foreign_lock):
             env.cloud.set_server_lock(task.server_id, True,
                                       LOCK_REASON % self.host)
             task.locked_by_us = True
