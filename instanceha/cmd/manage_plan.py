@@ -18,6 +18,7 @@ could be read, 1 (with one line naming what failed) when it could not,
 2 for a configuration error.
 """
 
+import dataclasses
 import json
 import sys
 
@@ -25,6 +26,7 @@ from oslo_config import cfg
 
 from instanceha.conf import filters as filters_conf
 from instanceha.engine import plan as plan_mod
+from instanceha import exceptions
 from instanceha.plugins import loader
 
 
@@ -63,6 +65,32 @@ def format_table(plan: plan_mod.Plan) -> str:
     return '\n'.join(lines)
 
 
+def annotate_fencing(plan: plan_mod.Plan, conf: cfg.ConfigOpts
+                     ) -> plan_mod.Plan:
+    """Say which hosts the service would try to recover but cannot fence.
+
+    The service never evacuates a host it could not fence (R9); a dry run
+    that hid this would promise a recovery that will not happen.
+    """
+    from instanceha.plugins.fencing import topology
+
+    try:
+        fencer = topology.Topology.from_conf(conf)
+        missing = 'no entry in the fencing file %s' % fencer.file.path
+    except exceptions.ConfigurationError as exc:
+        fencer, missing = None, 'fencing file unusable: %s' % exc
+
+    def annotate(d: plan_mod.HostDecision) -> plan_mod.HostDecision:
+        if d.decision is not plan_mod.Decision.RECOVER or (
+                fencer is not None and fencer.configured(d.host)):
+            return d
+        return dataclasses.replace(d, reasons=d.reasons + (
+            'cannot be fenced (%s): will not be evacuated' % missing,))
+
+    return dataclasses.replace(
+        plan, decisions=tuple(annotate(d) for d in plan.decisions))
+
+
 def _plan(conf: cfg.ConfigOpts) -> int:
     from instanceha.cloud import nova
     from instanceha.engine import decide
@@ -70,7 +98,8 @@ def _plan(conf: cfg.ConfigOpts) -> int:
     drivers = load_deciders(conf)
     cloud = nova.NovaCloud(conf)
     snapshot = cloud.snapshot(**decide.snapshot_needs(drivers))
-    plan = decide.make_plan(snapshot, drivers, conf, snapshot.taken_at)
+    plan = annotate_fencing(
+        decide.make_plan(snapshot, drivers, conf, snapshot.taken_at), conf)
     if conf.command.format == 'json':
         json.dump(plan.as_dicts(), sys.stdout, indent=2)
         sys.stdout.write('\n')
