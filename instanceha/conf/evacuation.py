@@ -30,9 +30,11 @@ OPTS = [
                help='Retries of a failed rebuild on the same destination '
                     'host before other hosts are tried (restart limits, '
                     'R17).'),
-    cfg.IntOpt('max_in_flight', default=20, min=1, max=10000,
+    cfg.IntOpt('max_in_flight', default=0, min=0, max=10000,
                help='Most instance evacuations running at once, over all '
-                    'hosts being recovered.'),
+                    'hosts being recovered. 0 (default) means [DEFAULT] '
+                    'workers, as in the seed manual (WORKERS: how many '
+                    'instances are evacuated at the same time).'),
     cfg.IntOpt('timeout', default=900, min=0, max=86400,
                help='Seconds one rebuild may run before it is given up '
                     '(0: wait forever). A given-up instance marks its host '
@@ -47,6 +49,11 @@ OPTS = [
                     'priority for the orchestrated strategy (higher first; '
                     'missing or malformed: 0).'),
 ]
+
+
+def max_in_flight(conf: cfg.ConfigOpts) -> int:
+    """The cap on running evacuations, honouring the seed's WORKERS."""
+    return conf.evacuation.max_in_flight or conf.workers
 
 
 def strategy_name(conf: cfg.ConfigOpts) -> str:

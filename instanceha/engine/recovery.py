@@ -53,6 +53,7 @@ import dataclasses
 import datetime
 import logging
 
+from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -573,7 +574,7 @@ class Engine:
                 used += wf.budget + (wf.job.in_flight if wf.job else 0)
             elif wf.job is not None:
                 used += wf.job.in_flight
-        return max(0, self.conf.evacuation.max_in_flight - used)
+        return max(0, evacuation_conf.max_in_flight(self.conf) - used)
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
