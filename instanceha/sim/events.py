@@ -85,9 +85,15 @@ class EventLog:
         self.events: list[Event] = []
         #: Called with each event as it is recorded (live story, checks).
         self.listeners: list[Callable[[Event], None]] = []
+        #: Text replaced in details (the case directory, so that a golden
+        #: log does not depend on where the checkout is).
+        self.aliases: dict[str, str] = {}
 
     def record(self, source: str, event: str, host: str | None = None,
                **details) -> Event:
+        for path, alias in self.aliases.items():
+            details = {k: v.replace(path, alias) if isinstance(v, str) else v
+                       for k, v in details.items()}
         ev = Event(self.clock.t, source, event, host, details)
         self.events.append(ev)
         for listener in self.listeners:

@@ -51,7 +51,7 @@ TIME_MODULES = (
 
 #: File options that a scenario's config gives relative to its directory.
 RELATIVE_PATHS = (('fencing', 'config_file'), ('heartbeat', 'key_file'),
-                  ('heartbeat', 'previous_key_file'))
+                  ('heartbeat', 'previous_key_file'), ('veto_hooks', 'hooks'))
 
 
 class _SimTime:
@@ -197,6 +197,7 @@ class Simulation:
         self.scenario = sc
         self.clock = sim_clock.SimClock()
         self.log = sim_events.EventLog(self.clock)
+        self.log.aliases[sc.path + os.sep] = ''
         self.world = sim_scenario.build_world(sc, self.clock, self.log)
         self.cloud = sim_world.SimCloud(self.world)
         settings = sc.settings
@@ -241,7 +242,12 @@ class Simulation:
                 value = conf[group][name]
             except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
                 continue
-            if value and not os.path.isabs(value):
+            if isinstance(value, list):
+                fixed = [v if os.path.isabs(v) or '://' in v
+                         else os.path.join(sc.path, v) for v in value]
+                if fixed != value:
+                    conf.set_override(name, fixed, group)
+            elif value and not os.path.isabs(value):
                 conf.set_override(name, os.path.join(sc.path, value), group)
         for group, name, value in self.overrides:
             conf.set_override(name, value, group)

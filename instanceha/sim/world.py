@@ -34,6 +34,11 @@ server, failed when the rebuild fails), evacuated ACTIVE and ERROR
 servers ending ACTIVE and SHUTOFF ones SHUTOFF (compute microversion
 2.94), and a compute that comes back cleaning up its evacuated guests
 (migrations done -> completed).
+
+Simplifications, on purpose: the scheduler picks the up, enabled host with
+the most free vCPUs; a rebuild on a destination whose nova-compute is not
+running fails (real Nova would leave it queued until that compute comes
+back); a job of the service sees the world as it is at each of its steps.
 """
 
 from collections.abc import Callable
