@@ -83,6 +83,16 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 STEP_RETRY = 5.0
 
 
+#: Logged when a host is marked FAILED (seed manual, step 11).
+OPERATOR_STEPS = (
+    'host %(host)s is FAILED and stays disabled and forced down. To hand '
+    'it back: 1) find out why the instances listed above could not be '
+    'evacuated; 2) evacuate (or fix) the instances still on %(host)s; '
+    '3) make sure %(host)s restarts cleanly; 4) run "instanceha-manage '
+    'hosts clear %(host)s" (clears forced_down; instanceha enables it once '
+    'Nova reports it up).')
+
+
 def operator_action(host: str) -> str:
     """What an operator must do about a FAILED host (seed step 11)."""
     return ('check the instances of %s listed in the log, evacuate or fix '
@@ -650,6 +660,7 @@ class Engine:
                 for server_id, why in failed.items():
                     LOG.error('host %s: instance %s not evacuated: %s',
                               wf.host, server_id, why)
+                LOG.error(OPERATOR_STEPS, {'host': wf.host})
             else:
                 self._transition(wf, S.EVACUATED,
                                  evacuated=len(progress.succeeded),
