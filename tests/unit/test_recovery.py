@@ -12,6 +12,7 @@
 
 """The recovery workflow on a small in-memory cloud (see the fakes)."""
 
+import fixtures
 import testtools
 
 from instanceha.engine import events
@@ -20,12 +21,19 @@ from instanceha.engine.states import HostState as S
 from tests.unit import test_recovery_fakes as fakes
 
 
+class TestCase(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.log = self.useFixture(fixtures.FakeLogger())
+
+
 def marker_state(rig, host):
     parsed = states.parse_marker(rig.cloud.services[host].disabled_reason)
     return parsed[0] if parsed else None
 
 
-class TestHappyPath(testtools.TestCase):
+class TestHappyPath(TestCase):
 
     def test_fenced_evacuated_powered_on_enabled(self):
         rig = fakes.Rig()
@@ -160,7 +168,7 @@ class TestHappyPath(testtools.TestCase):
         self.assertEqual('host2', rig.cloud.servers[vm].host)
 
 
-class TestFencing(testtools.TestCase):
+class TestFencing(TestCase):
 
     def test_no_fencing_config_never_evacuated(self):
         rig = fakes.Rig(configured={'host2', 'host3'})
@@ -242,7 +250,7 @@ class TestFencing(testtools.TestCase):
         self.assertEqual(('off', 'host1'), rig.fencer.calls[0])
 
 
-class TestSmart(testtools.TestCase):
+class TestSmart(TestCase):
 
     def test_failed_rebuild_retried_then_done(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
@@ -287,6 +295,8 @@ class TestSmart(testtools.TestCase):
         self.assertFalse(rig.cloud.servers[vm].locked)
         gave_up = rig.events.named(events.EVACUATE_GAVE_UP, 'host1')
         self.assertEqual([vm], [d['server'] for d in gave_up])
+        self.assertIn('run "instanceha-manage hosts clear host1"',
+                      self.log.output)
         # A new engine (restart) does not touch a FAILED host either.
         rig.restart()
         rig.run(20)
@@ -370,7 +380,7 @@ class TestSmart(testtools.TestCase):
         self.assertEqual('enabled', rig.cloud.services['host1'].status)
 
 
-class TestOrchestrated(testtools.TestCase):
+class TestOrchestrated(TestCase):
 
     def test_priority_order(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'orchestrated'})
@@ -390,7 +400,7 @@ class TestOrchestrated(testtools.TestCase):
         self.assertLess(done.index(low), done.index(plain))
 
 
-class TestReservation(testtools.TestCase):
+class TestReservation(TestCase):
 
     def _rig(self, **kw):
         # host1..host5 in service, host6 and host7 spares (threshold 50%)
@@ -446,7 +456,7 @@ class TestReservation(testtools.TestCase):
         self.assertTrue(svc.disabled_reason.startswith('instanceha:reserved'))
 
 
-class TestResume(testtools.TestCase):
+class TestResume(TestCase):
 
     def test_restart_mid_evacuation_evacuates_once(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart',
@@ -556,7 +566,7 @@ class TestResume(testtools.TestCase):
         self.assertEqual(before, len(rig.cloud.calls))
 
 
-class TestLeadership(testtools.TestCase):
+class TestLeadership(TestCase):
 
     def test_follower_does_nothing(self):
         rig = fakes.Rig()
@@ -592,7 +602,7 @@ class TestLeadership(testtools.TestCase):
             self.assertEqual(1, len(rig.cloud.evacuations(vm)))
 
 
-class TestDisabled(testtools.TestCase):
+class TestDisabled(TestCase):
 
     def test_disabled_takes_no_action(self):
         rig = fakes.Rig(disabled=True)
