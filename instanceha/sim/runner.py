@@ -515,6 +515,8 @@ class Simulation:
     def run(self, stop_when: Callable[[], bool] | None = None) -> 'Result':
         """Run to the end of the scenario (or until ``stop_when()``)."""
         self.clock.on_sleep = self._sleep
+        self._initial = {s.id: (s.host, s.status)
+                         for s in self.world.servers.values()}
         self.world.is_leader = self._check_readonly(self.world.is_leader)
         with sim_world.active(self.world), simulated_time(self.clock):
             self.log.record('sim', 'start', None,
@@ -569,10 +571,13 @@ class Simulation:
                 details['engine'] = states[h.name]
             self.log.record('final', 'host', h.name, **details)
         for srv in sorted(w.servers.values(), key=lambda s: s.name):
-            self.log.record('final', 'instance', srv.host, server=srv.name,
-                            status=srv.status,
-                            task_state=srv.task_state or '-',
-                            locked=srv.locked)
+            details = dict(server=srv.name, status=srv.status,
+                           task_state=srv.task_state or '-',
+                           locked=srv.locked)
+            before = self._initial.get(srv.id)
+            if before and before != (srv.host, srv.status):
+                details['was'] = '%s@%s' % (before[1], before[0])
+            self.log.record('final', 'instance', srv.host, **details)
         self.log.record('final', 'invariants', None,
                         violations=len(w.violations))
 

@@ -98,6 +98,7 @@ class Story:
         self._last_t = 0.0
         self.progress: dict[str, _Progress] = {}
         self.plan: dict[str, str] = {}
+        self.unchanged = 0
 
     def _say(self, ev: sim_events.Event, text: str) -> None:
         who = '%s: ' % ev.source if self.multi and ev.source.startswith(
@@ -269,6 +270,9 @@ class Story:
 
     def _final(self, ev, d) -> str | None:
         if ev.event == 'invariants':
+            if self.unchanged:
+                self._say(ev, 'end: %d other instance(s) where and as they '
+                              'were' % self.unchanged)
             if d['violations']:
                 return ('%d invariant(s) BROKEN (see above)'
                         % d['violations'])
@@ -283,8 +287,14 @@ class Story:
                 extra += ', reason "%s"' % d['reason']
             return 'end: host %-12s %s, power %s%s' % (ev.host, state,
                                                        d['power'], extra)
-        return 'end: %-10s on %-12s %s%s' % (
-            d['server'], ev.host, d['status'],
+        if 'was' not in d:
+            self.unchanged += 1
+            return None
+        was_status, _, was_host = d['was'].partition('@')
+        change = ('moved from %s' % was_host if was_host != ev.host
+                  else 'was %s' % was_status)
+        return 'end: %-10s on %-12s %-8s (%s)%s' % (
+            d['server'], ev.host, d['status'], change,
             ' (locked)' if d.get('locked') else '')
 
 
