@@ -532,7 +532,13 @@ class Simulation:
                 self.clock.advance_to(t)
                 self.world.run_due()
                 while cmds and cmds[0].t <= t:
-                    self.apply(cmds.pop(0))
+                    cmd = cmds.pop(0)
+                    try:
+                        self.apply(cmd)
+                    except sim_world.ScenarioError as exc:
+                        raise sim_world.ScenarioError(
+                            '%s: timeline line %d: %s' % (
+                                self.scenario.name, cmd.line, exc)) from None
                     if self.end < t:
                         break
                 self._note_leader()

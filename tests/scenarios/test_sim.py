@@ -321,6 +321,16 @@ class TestGolden(testtools.TestCase):
         self.assertLess(story.index('is fenced'),
                         story.index('instances rebuilt'))
 
+    def test_timeline_naming_an_unknown_host(self):
+        with open(os.path.join(self.case, 'timeline'), 'w') as f:
+            f.write('10 power-off compute-9\n')
+        err = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', io.StringIO()))
+        self.assertEqual(2, simulate.main([self.case]))
+        self.assertIn('timeline line 1', err.getvalue())
+        self.assertIn("unknown host 'compute-9'", err.getvalue())
+
     def test_cli_unknown_scenario(self):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
