@@ -489,6 +489,35 @@ class TestService(RecoveryTestBase):
         self.assertIn('host_resumed host1 state=evacuating', second)
         self.assertIn('host_state host1 enabled=True new=healthy', second)
 
+    def test_killed_mid_fence_then_restarted(self):
+        cloud = self.cloud()
+        vms = cloud.boot('host1', 2)
+        cloud.bmc.set_mode('host1', 'silent')  # fencing hangs
+        proc = self.start_service(cloud, 'service-1')
+        cloud.nova.control.kill('host1')
+        log = os.path.join(cloud.dir, 'service-1.log')
+
+        def fencing():
+            with open(log) as f:
+                return 'new=fencing' in f.read()
+
+        wait_for(fencing, RECOVERY_TIMEOUT, 'fencing started')
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        svc = cloud.service('host1')
+        self.assertFalse(svc.forced_down)  # nothing proven, nothing marked
+        for sid in vms:
+            self.assertEqual([], cloud.evacuations(sid))
+        cloud.bmc.set_mode('host1', 'ok')
+        self.start_service(cloud, 'service-2')
+        wait_for(lambda: cloud.service('host1').forced_down,
+                 RECOVERY_TIMEOUT, 'host1 fenced by the second service')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 recovered after the restart')
+        for sid in vms:
+            self.assertEqual(1, len(cloud.evacuations(sid)), sid)
+            self.assertNotEqual('host1', cloud.server(sid).host)
+
     def test_sigterm_stops_cleanly(self):
         cloud = self.cloud()
         proc = self.start_service(cloud)
