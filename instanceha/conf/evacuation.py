@@ -32,9 +32,12 @@ OPTS = [
                     'R17).'),
     cfg.IntOpt('max_in_flight', default=0, min=0, max=10000,
                help='Most instance evacuations running at once, over all '
-                    'hosts being recovered. 0 (default) means [DEFAULT] '
-                    'workers, as in the seed manual (WORKERS: how many '
-                    'instances are evacuated at the same time).'),
+                    'hosts being recovered (smart and orchestrated; '
+                    'fire-and-forget does not wait for rebuilds, for it '
+                    'this bounds the evacuate calls started per tick). 0 '
+                    '(default) means [DEFAULT] workers, as in the seed '
+                    'manual (WORKERS: how many instances are evacuated at '
+                    'the same time).'),
     cfg.IntOpt('timeout', default=900, min=0, max=86400,
                help='Seconds one rebuild may run before it is given up '
                     '(0: wait forever). A given-up instance marks its host '

@@ -578,12 +578,18 @@ class Engine:
         self._submit(wf, mark, done)
 
     def _budget(self) -> int:
+        """How many evacuations the next step may start.
+
+        Tracked strategies count the rebuilds they are watching (the
+        seed's WORKERS: instances evacuated at the same time);
+        fire-and-forget does not wait for rebuilds, so for it the cap only
+        bounds the calls started per tick.
+        """
+        tracks = self.drivers.evacuation.tracks
         used = 0
         for wf in self._all():
-            if wf.future is not None:
-                used += wf.budget + (wf.job.in_flight if wf.job else 0)
-            elif wf.job is not None:
-                used += wf.job.in_flight
+            running = wf.job.in_flight if (wf.job and tracks) else 0
+            used += running + (wf.budget if wf.future is not None else 0)
         return max(0, evacuation_conf.max_in_flight(self.conf) - used)
 
     def _step_evacuation(self, wf: HostWorkflow,
