@@ -105,7 +105,8 @@ class _Election:
         a.stop()
         self.assertFalse(a.is_leader())
         wait_for(b.is_leader, 'b to take over after a clean stop')
-        print('%s: takeover after clean stop: %.2f s (heartbeat %.1f s)'
+        print('%s: takeover after clean stop (a.stop() included): %.2f s '
+              '(heartbeat %.1f s)'
               % (self.id(), time.monotonic() - started, BEAT))
 
     def test_host_locks_are_exclusive(self):

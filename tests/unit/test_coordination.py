@@ -48,6 +48,7 @@ class CoordinatorTest(testtools.TestCase):
     def copy(self, name, **kwargs):
         kwargs.setdefault('lease_time', 15)
         kwargs.setdefault('heartbeat_interval', 3)
+        kwargs.setdefault('takeover_wait', 0)
         coord = coordination.ToozCoordinator(
             self.url, member_id=name, clock=self.clock, **kwargs)
         self.addCleanup(coord.stop)
