@@ -34,6 +34,7 @@ from instanceha.sim import executor as sim_executor
 from instanceha.sim import golden
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
+from instanceha.sim import story as sim_story
 from instanceha.sim import world as sim_world
 
 DEMO = os.path.join(simulate.BUILTIN, 'demo')
@@ -244,6 +245,34 @@ class TestScenarioFormat(testtools.TestCase):
         self.assertRaises(sim_world.ScenarioError,
                           sim_scenario.parse_timeline,
                           '20 power-off h1\n10 power-on h1\n')
+
+
+class TestStory(testtools.TestCase):
+
+    def _tell(self, *events):
+        out = []
+        story = sim_story.Story(write=out.append)
+        for ev in events:
+            story(ev)
+        return out
+
+    def test_progress_line_per_host(self):
+        ev = sim_events.Event
+        out = self._tell(
+            ev(107, 'ha', 'evacuate_requested', 'c1',
+               {'server': 'a', 'attempt': 1, 'target': None}),
+            ev(107, 'ha', 'evacuate_requested', 'c1',
+               {'server': 'b', 'attempt': 1, 'target': None}),
+            ev(129, 'nova', 'rebuilt', 'c1',
+               {'server': 'a', 'dest': 'c2', 'status': 'ACTIVE'}))
+        self.assertIn('[01:47]   evacuating a', out[0])
+        self.assertIn('Nova: a is ACTIVE on c2', out[2])
+        self.assertIn('1/2 instances rebuilt', out[3])
+
+    def test_unknown_event_is_shown_raw(self):
+        out = self._tell(sim_events.Event(5, 'ha', 'brand_new', 'c1',
+                                          {'why': 'because'}))
+        self.assertEqual(['[00:05] brand_new c1 why=because'], out)
 
 
 class UnsafeEngine:
