@@ -13,16 +13,17 @@
 """A deterministic executor: jobs run in simulated time, one at a time.
 
 A job (a fence, a Nova update, an evacuation step) is ordinary blocking
-code. Each runs on its own thread, but the threads are used as
-coroutines: exactly one thread runs at any moment and control is handed
-over explicitly. A job runs from its submission until it sleeps on the
-simulated clock (a driver polling a BMC, waiting out a timeout); it is
-resumed when the simulation reaches its wake-up time, after the world has
-caught up with everything that happens meanwhile (a timeline command, a
-BMC finishing its power change, a poll of the engine). So every side
-effect of a job happens at the simulated moment it would happen in
-production, and every run is identical. Like the production pool, at
-most ``workers`` jobs run at once; others wait in submission order.
+code, run as a coroutine: a greenlet when the ``greenlet`` package is
+installed, else a thread used as one (exactly one thread runs at any
+moment, control is handed over explicitly). A job runs from its
+submission until it sleeps on the simulated clock (a driver polling a
+BMC, waiting out a timeout); it is resumed when the simulation reaches its
+wake-up time, after the world has caught up with everything that happens
+meanwhile (a timeline command, a BMC finishing its power change, a poll
+of the engine). So every side effect of a job happens at the simulated
+moment it would happen in production, and every run is identical either
+way. Like the production pool, at most ``workers`` jobs run at once;
+others wait in submission order.
 """
 
 from collections.abc import Callable
@@ -32,6 +33,11 @@ import threading
 
 from instanceha.engine import ports
 from instanceha.sim import clock as sim_clock
+
+try:
+    import greenlet
+except ImportError:  # optional: threads do the same, more slowly
+    greenlet = None
 
 
 class Abandoned(BaseException):
@@ -72,17 +78,18 @@ class _Job:
         self.wake: float | None = None
         self.done = False
         self.abandoned = False
-        self._go = threading.Event()
-        self._back = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True,
-                                        name='sim-job-%d' % seq)
+        if executor.greenlets:
+            self._green = greenlet.greenlet(self._run)
+        else:
+            self._go = threading.Event()
+            self._back = threading.Event()
+            self._thread = threading.Thread(target=self._thread_main,
+                                            daemon=True,
+                                            name='sim-job-%d' % seq)
 
-    # --- in the job's thread ---------------------------------------------
+    # --- inside the job ---------------------------------------------------
 
-    def _main(self) -> None:
-        self._go.wait()
-        self._go.clear()
-        sim_clock.current_job.job = self
+    def _run(self) -> None:
         fn, args, kwargs = self.call
         try:
             if self.abandoned:
@@ -96,23 +103,42 @@ class _Job:
             self.fut.set_result(result)
         finally:
             self.done = True
+
+    def _thread_main(self) -> None:
+        self._go.wait()
+        self._go.clear()
+        sim_clock.current_job.job = self
+        try:
+            self._run()
+        finally:
             self._back.set()
 
     def sleep(self, seconds: float) -> None:
         """Give control back until the world reaches now + seconds."""
         self.wake = self.executor.clock.world_t + seconds
-        self._back.set()
-        self._go.wait()
-        self._go.clear()
+        if self.executor.greenlets:
+            self._green.parent.switch()
+        else:
+            self._back.set()
+            self._go.wait()
+            self._go.clear()
         self.wake = None
         if self.abandoned:
             raise Abandoned()
 
-    # --- in the simulation's thread ----------------------------------------
+    # --- in the simulation's own flow ------------------------------------
 
     def resume(self) -> None:
         if self.executor.on_start:
             self.executor.on_start()
+        if self.executor.greenlets:
+            before = getattr(sim_clock.current_job, 'job', None)
+            sim_clock.current_job.job = self
+            try:
+                self._green.switch()
+            finally:
+                sim_clock.current_job.job = before
+            return
         self._back.clear()
         if not self._thread.is_alive() and not self.done:
             self._thread.start()
@@ -124,9 +150,13 @@ class SimExecutor(ports.Executor):
     """Runs jobs in simulated time on ``workers`` simulated slots."""
 
     def __init__(self, clock: sim_clock.SimClock, workers: int = 4,
-                 on_start: Callable[[], None] | None = None):
+                 on_start: Callable[[], None] | None = None,
+                 greenlets: bool | None = None):
         self.clock = clock
         self.workers = workers
+        #: Run jobs as greenlets (default: when installed) or threads.
+        self.greenlets = (greenlet is not None if greenlets is None
+                          else greenlets)
         #: Called before a job runs or resumes (the simulation names the
         #: copy of the service acting).
         self.on_start = on_start

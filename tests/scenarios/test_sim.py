@@ -191,6 +191,21 @@ class TestExecutor(testtools.TestCase):
         self.assertEqual([('a', 'start', 0), ('a', 'end', 10),
                           ('b', 'start', 10), ('b', 'end', 15)], seen)
 
+    def test_threads_and_greenlets_tell_the_same_story(self):
+        self.useFixture(fixtures.FakeLogger())
+        logs = []
+        installed = sim_executor.greenlet
+        if installed is None:
+            self.skipTest('greenlet is not installed')
+        for module in (None, installed):
+            self.useFixture(fixtures.MonkeyPatch(
+                'instanceha.sim.executor.greenlet', module))
+            for case in ('service-crash-mid-fence',
+                         'bmc-timeout-second-level'):
+                path = os.path.join(os.path.dirname(__file__), 'cases', case)
+                logs.append(runner.run_scenario(path).lines)
+        self.assertEqual(logs[:2], logs[2:])
+
     def test_abandoned_jobs_never_finish(self):
         clock = sim_clock.SimClock()
         ex = sim_executor.SimExecutor(clock)
