@@ -275,6 +275,9 @@ class ToozCoordinator(ports.Coordinator):
         if self._clock() >= self._lease_end:
             self._lose('the lease refresh came back too late')
             return
+        if not self._valid_until:
+            LOG.info('Coordination: %s leads again: the lease was refreshed '
+                     'in time', self.member_id)
         self._extend(sent)
 
     def _compete(self, sent: float) -> None:
@@ -330,12 +333,17 @@ class ToozCoordinator(ports.Coordinator):
     def _set_unreachable(self, exc: BaseException) -> None:
         message = 'backend %s unreachable: %s' % (self._redacted,
                                                   _describe(exc))
+        # Stop acting now, not when the lease could end: leadership can no
+        # longer be proven. The lock is kept: a refresh that succeeds
+        # before the lease ends resumes leadership without an election.
+        self._valid_until = 0.0
         if self._connected or self._error != message:
             LOG.error('Coordination: %s; this copy will not act until it '
                       'is back%s', message,
-                      ' (leadership ends at the latest in %.1f s)'
-                      % max(0.0, self._valid_until - self._clock())
-                      if self._valid_until else '')
+                      ' (leadership suspended; lost if not refreshed '
+                      'within %.1f s)' % max(0.0, self._lease_end -
+                                             self._clock())
+                      if self._leader_lock is not None else '')
         self._connected = False
         self._error = message
 

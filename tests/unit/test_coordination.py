@@ -110,6 +110,34 @@ class CoordinatorTest(testtools.TestCase):
         self.assertEqual("the lease refresh came back too late",
                          a.status().last_loss)
 
+    def test_failed_heartbeat_suspends_at_once_then_resumes(self):
+        from tooz import coordination as tooz_coordination
+
+        a, b = self.copy('a'), self.copy('b')
+        a.beat_once()
+        b.beat_once()
+        beat = a._driver.heartbeat
+
+        def unreachable():
+            raise tooz_coordination.ToozConnectionError('refused')
+
+        # Fault injection on the real driver: the backend stops answering.
+        a._driver.heartbeat = unreachable
+        self.clock.now += 1
+        a.beat_once()
+        self.assertFalse(a.is_leader())
+        self.assertFalse(a.status().connected)
+        self.assertIn('refused', a.status().error)
+        b.beat_once()
+        self.assertFalse(b.is_leader())
+        # Back before the lease could end: same leader, no election.
+        a._driver.heartbeat = beat
+        self.clock.now += 1
+        a.beat_once()
+        self.assertTrue(a.is_leader())
+        self.assertEqual((1, None), (a.status().elections_won,
+                                     a.status().last_loss))
+
     def test_stop_releases_at_once_even_mid_lease(self):
         a, b = self.copy('a'), self.copy('b')
         a.beat_once()
