@@ -99,6 +99,7 @@ class Story:
         self.progress: dict[str, _Progress] = {}
         self.plan: dict[str, str] = {}
         self.unchanged = 0
+        self._told: set = set()
 
     def _say(self, ev: sim_events.Event, text: str) -> None:
         who = '%s: ' % ev.source if self.multi and ev.source.startswith(
@@ -257,6 +258,28 @@ class Story:
             return '%s is still FAILED; waiting for an operator' % host
         if e == 'not_leader':
             return 'this copy is not the leader; it only watches'
+        if e == 'evacuate_skipped':
+            return ('  %s stays on %s: Nova cannot evacuate an instance '
+                    'that is %s' % (d['server'], host, d.get('status')))
+        if e in ('recovery_held', 'up_overdue', 'host_failed_pending'):
+            # Repeated every poll by the engine; once is enough here.
+            key = (e, host, d.get('note'))
+            if key in self._told:
+                return None
+            self._told.add(key)
+        if e == 'recovery_held':
+            return '%s: %s (said every poll)' % (
+                host, d.get('note') or 'recovery held')
+        if e == 'up_overdue':
+            return ('%s has not come back up after %s s; check: %s'
+                    % (host, d.get('waited'), d.get('check')))
+        if e == 'snapshot_failed':
+            return 'cannot read Nova this cycle: %s' % d.get('reason')
+        if e == 'step_error':
+            return '%s: a step failed in state %s (retried): %s' % (
+                host, d.get('state'), d.get('reason'))
+        if e == 'fence_pending':
+            return None
         if e == 'forced_down_cleared':
             return '%s: forced_down cleared in Nova' % host
         if e == 'power_state_restored':
