@@ -60,9 +60,12 @@ LABELS = {
     ('powering_on', 'waiting_up'): 'powered on by its fencing level',
     ('powering_on', 'failed'): 'power on failed too often',
     ('waiting_up', 'enabling'): 'Nova reports up after power-on',
+    ('waiting_up', 'healthy'): 'operator runs hosts clear --enable',
     ('enabling', 'healthy'): 'service enabled',
-    ('failed', 'healthy'): 'operator runs hosts clear',
-    ('left_disabled', 'healthy'): 'operator runs hosts clear',
+    ('failed', 'healthy'): 'operator runs hosts clear --enable',
+    ('failed', 'waiting_up'): 'operator runs hosts clear',
+    ('left_disabled', 'healthy'): 'operator runs hosts clear --enable',
+    ('left_disabled', 'waiting_up'): 'operator runs hosts clear',
 }
 
 

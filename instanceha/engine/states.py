@@ -68,10 +68,14 @@ TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     S.EVACUATING: frozenset({S.EVACUATED, S.FAILED}),
     S.EVACUATED: frozenset({S.POWERING_ON, S.WAITING_UP, S.LEFT_DISABLED}),
     S.POWERING_ON: frozenset({S.WAITING_UP, S.FAILED}),
-    S.WAITING_UP: frozenset({S.ENABLING}),
+    # An operator may enable a host that waits to come up (hosts clear
+    # --enable): it is healthy then.
+    S.WAITING_UP: frozenset({S.ENABLING, S.HEALTHY}),
     S.ENABLING: frozenset({S.HEALTHY}),
-    S.FAILED: frozenset({S.HEALTHY}),
-    S.LEFT_DISABLED: frozenset({S.HEALTHY}),
+    # Operator hand-back (instanceha-manage hosts clear): waiting_up, or
+    # healthy at once with --enable.
+    S.FAILED: frozenset({S.HEALTHY, S.WAITING_UP}),
+    S.LEFT_DISABLED: frozenset({S.HEALTHY, S.WAITING_UP}),
 }
 
 
