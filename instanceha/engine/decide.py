@@ -45,9 +45,14 @@ ALIVE = 'alive'
 ISOLATED = 'isolated'
 UNKNOWN = 'unknown'
 
+#: Caller states of hosts started but not yet fenced: judged again like
+#: any failed host (a host back up, or a gate now refusing, ends the
+#: workflow), but the gates know they already passed (``started``).
+_STARTED = frozenset({states.HostState.SUSPECT,
+                      states.HostState.FENCE_FAILED})
+
 #: Workflow states that are not (or no longer) a recovery in progress.
-_NOT_RECOVERING = frozenset({states.HostState.HEALTHY,
-                             states.HostState.SUSPECT})
+_NOT_RECOVERING = frozenset({states.HostState.HEALTHY}) | _STARTED
 
 
 def snapshot_needs(drivers) -> dict:
@@ -156,9 +161,11 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         lists (normally :class:`instanceha.plugins.loader.Drivers`).
     :param conf: the configuration (``[detection] combine`` is read).
     :param recovering: the caller's own view of hosts in a workflow; it
-        takes precedence over the markers read from Nova.
+        takes precedence over the markers read from Nova. Hosts in
+        suspect or fence_failed are decided again like new failures.
     """
     recovering = recovering or {}
+    started = frozenset(h for h, s in recovering.items() if s in _STARTED)
     mode = conf.detection.combine
     scope_filters = [f for f in drivers.filters if f.out_of_scope]
     host_filters = [f for f in drivers.filters if not f.out_of_scope]
@@ -230,6 +237,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
             snapshot=snapshot, now=now, candidates=frozenset(remaining),
             failed=frozenset(failed), recovering=frozenset(in_recovery),
             monitored=frozenset(monitored),
+            started=frozenset(remaining) & started,
             reasons={h: tuple(candidates[h][0]) for h in remaining},
             servers={h: candidates[h][1] for h in remaining}))
         if judged.block_all:

@@ -151,6 +151,40 @@ class TestPerCycle(testtools.TestCase):
                       p.decision('host5').reasons)
         self.assertEqual((), p.blocked_by)
 
+    def test_retried_host_does_not_use_up_the_cap(self):
+        # host1 could not be fenced and is retried (fence_failed): it is
+        # judged again but is no new start, so host2 gets the slot.
+        services, servers = h.cloud(6, down={'host1', 'host2', 'host3'})
+        conf = h.make_conf(DEFAULT={'threshold': 100},
+                           gates={'max_hosts_per_cycle': 1})
+        p = h.run(h.snapshot(services, servers), conf,
+                  {'host1': states.HostState.FENCE_FAILED})
+        self.assertEqual(['host1', 'host2'],
+                         [d.host for d in p.to_recover()])
+        self.assertIn('gate per-cycle: cap of 1 host(s) per cycle reached '
+                      'by host2; waits for the next cycle',
+                      p.decision('host3').reasons)
+
+    def test_started_hosts_are_never_blocked_by_the_cap(self):
+        # Waiting for a worker (suspect) or retrying: blocking them would
+        # end their workflow; they passed the cap when they started.
+        services, servers = h.cloud(6, down={'host1', 'host2', 'host3'})
+        conf = h.make_conf(DEFAULT={'threshold': 100},
+                           gates={'max_hosts_per_cycle': 1})
+        p = h.run(h.snapshot(services, servers), conf,
+                  {'host1': states.HostState.SUSPECT,
+                   'host2': states.HostState.FENCE_FAILED,
+                   'host3': states.HostState.FENCE_FAILED})
+        self.assertEqual(['host1', 'host2', 'host3'],
+                         [d.host for d in p.to_recover()])
+
+    def test_started_hosts_still_count_for_the_threshold(self):
+        services, servers = h.cloud(4, down={'host1', 'host2', 'host3'})
+        p = h.run(h.snapshot(services, servers), None,
+                  {'host1': states.HostState.FENCE_FAILED})
+        self.assertEqual([], p.to_recover())
+        self.assertIn('3 of 4 monitored hosts unhealthy', p.blocked_by[0])
+
     def test_zero_is_no_cap(self):
         services, servers = h.cloud(6, down={'host1', 'host2', 'host3'})
         p = h.run(h.snapshot(services, servers),

@@ -47,6 +47,10 @@ class GateContext:
     #: Every host in scope: all nova-compute hosts except those an
     #: out-of-scope filter dropped (operator-disabled ones).
     monitored: frozenset[str]
+    #: Candidates whose workflow already started in an earlier cycle
+    #: (waiting for a worker, or fencing failed and is retried): judged
+    #: again, but not new starts.
+    started: frozenset[str] = frozenset()
     #: For each candidate, what the detectors said: for gates that
     #: explain the proposal to someone else (veto hooks).
     reasons: Mapping[str, tuple[str, ...]] = dataclasses.field(
@@ -62,6 +66,11 @@ class GateContext:
 
 class Gate(base.Driver):
     """A safety check on the set of hosts about to be recovered."""
+
+    #: True when ``check`` only looks at the context (no call to anyone):
+    #: such a gate may also be asked hypothetically, to tell an operator
+    #: what detect-only mode (``[DEFAULT] disabled``) holds back.
+    pure: bool = False
 
     @abc.abstractmethod
     def check(self, ctx: GateContext) -> GateVerdict:

@@ -22,6 +22,10 @@ class DisabledGate(base.Gate):
     operator sees what would have been done.
     """
 
+    pure = True
+    #: The gate of detect-only mode: the engine leaves it out when it
+    #: says what that mode holds back.
+    detect_only = True
     description = 'detect and log only while [DEFAULT] disabled = true'
 
     def check(self, ctx: base.GateContext) -> base.GateVerdict:

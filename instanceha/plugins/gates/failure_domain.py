@@ -43,6 +43,7 @@ class FailureDomainGate(base.Gate):
     host in several limited aggregates must pass every one.
     """
 
+    pure = True
     description = ('block recovery in an aggregate whose metadata '
                    'max_unhealthy is exceeded')
 

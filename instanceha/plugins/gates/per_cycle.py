@@ -20,8 +20,13 @@ class PerCycleGate(base.Gate):
 
     The others stay blocked for this cycle and are candidates again in
     the next one; hosts go in name order so the choice is reproducible.
+    Only new starts count: a host whose workflow started in an earlier
+    cycle (e.g. fencing failed and is retried) is neither counted nor
+    blocked, so a host that can never be fenced cannot take the cap of
+    every cycle and starve the others.
     """
 
+    pure = True
     description = 'start at most [gates] max_hosts_per_cycle hosts a cycle'
 
     @classmethod
@@ -30,9 +35,10 @@ class PerCycleGate(base.Gate):
 
     def check(self, ctx: base.GateContext) -> base.GateVerdict:
         cap = self.conf.gates.max_hosts_per_cycle
-        if not cap or len(ctx.candidates) <= cap:
+        new = ctx.candidates - ctx.started
+        if not cap or len(new) <= cap:
             return base.GateVerdict()
-        hosts = sorted(ctx.candidates)
+        hosts = sorted(new)
         why = ('cap of %d host(s) per cycle reached by %s; waits for the '
                'next cycle' % (cap, ', '.join(hosts[:cap])))
         return base.GateVerdict(blocked_hosts={h: why for h in hosts[cap:]})

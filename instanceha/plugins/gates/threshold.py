@@ -33,6 +33,7 @@ class ThresholdGate(base.Gate):
     than ``[DEFAULT] threshold`` percent, as the seed says "exceeds").
     """
 
+    pure = True
     description = ('block everything when more than [DEFAULT] threshold % '
                    'of the monitored hosts are unhealthy')
 
