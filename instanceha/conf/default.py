@@ -32,12 +32,24 @@ OPTS = [
                     'failure means the network or the control plane is '
                     'broken, not the hosts (seed parameter THRESHOLD).'),
     cfg.IntOpt('workers', default=4, min=1, max=256,
-               help='How many hosts are recovered, and how many instance '
-                    'evacuations are tracked, at the same time (seed '
-                    'parameter WORKERS).'),
+               help='How many hosts are fenced and recovered at the same '
+                    'time, and the size of the thread pool that runs their '
+                    'steps (seed parameter WORKERS). Instance evacuations '
+                    'are bounded separately by [evacuation] max_in_flight, '
+                    'whose default is this value.'),
     cfg.BoolOpt('disabled', default=False,
                 help='Detect and log failed hosts but take no action at all '
-                     '(seed parameter DISABLED).'),
+                     '(seed parameter DISABLED). Every poll, each failed '
+                     'host that would be recovered is logged as a '
+                     '"recovery_held" warning. A host whose recovery is '
+                     'already under way (a service started or restarted '
+                     'with disabled = true finds its instanceha marker in '
+                     'Nova) is held where it stopped: nothing more is done '
+                     'to it (it stays disabled and forced down), it is '
+                     'reported every poll, and its recovery resumes from '
+                     'the marker once disabled is false again. A step '
+                     'already running when the mode takes effect is '
+                     'allowed to finish, but no next step is started.'),
     cfg.BoolOpt('leave_disabled', default=False,
                 help='Keep a host disabled and forced down after its '
                      'instances were evacuated instead of powering it on '
@@ -68,6 +80,15 @@ OPTS = [
                help='How often powering a recovered host back on is '
                     'retried (with the fencing back-off) before the host is '
                     'marked FAILED for an operator.'),
+    cfg.IntOpt('up_timeout', default=900, min=60, max=86400,
+               help='Seconds a recovered host may take to come back up '
+                    '(state waiting_up: powered on, forced_down cleared, '
+                    'waiting for Nova to report it up). After that it is '
+                    'reported every poll with an "up_overdue" warning '
+                    'saying what to check. It is not power-cycled again '
+                    '(a slow boot would be killed), keeps counting as '
+                    'unhealthy for the threshold and failure-domain gates, '
+                    'and is still enabled as soon as it comes up.'),
     cfg.IntOpt('shutdown_timeout', default=30, min=0, max=3600,
                help='Seconds a stopping service (SIGTERM) waits for running '
                     'steps to reach a safe point. Nothing is marked FAILED '

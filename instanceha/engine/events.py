@@ -46,6 +46,14 @@ Names (``host`` is set on all but the cycle-level ones):
 ``server_unlocked``       ``server``
 ``power_state_restored``  ``server``, ``status`` (SHUTOFF or ERROR)
 ``host_failed_pending``   each cycle for a host marked FAILED: ``action``
+``recovery_held``         every poll while ``[DEFAULT] disabled = true``
+                          for a failed host that would be recovered
+                          (``note``, ``reason``) or a recovery held where
+                          it stopped (``note``, ``state``)
+``up_overdue``            every poll once a host has waited longer than
+                          ``[DEFAULT] up_timeout`` to come back up:
+                          ``waited`` (s), ``forced_down_cleared``,
+                          ``check`` (what to look at)
 ``not_leader``            once when this copy loses leadership
 ``leader``                once when it (re)gains it
 ``snapshot_failed``       ``reason``: Nova could not be read this cycle
@@ -77,6 +85,8 @@ SERVER_LOCKED = 'server_locked'
 SERVER_UNLOCKED = 'server_unlocked'
 POWER_STATE_RESTORED = 'power_state_restored'
 HOST_FAILED_PENDING = 'host_failed_pending'
+RECOVERY_HELD = 'recovery_held'
+UP_OVERDUE = 'up_overdue'
 NOT_LEADER = 'not_leader'
 LEADER = 'leader'
 SNAPSHOT_FAILED = 'snapshot_failed'
@@ -86,7 +96,8 @@ SHUTDOWN = 'shutdown'
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
-                      NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR})
+                      NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR,
+                      RECOVERY_HELD, UP_OVERDUE})
 
 
 def _value(v) -> str:

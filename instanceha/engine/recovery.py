@@ -56,6 +56,7 @@ import logging
 from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import events
 from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha.engine.states import HostState
@@ -81,6 +82,13 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 
 #: Seconds before a step that raised unexpectedly is tried again.
 STEP_RETRY = 5.0
+
+#: What to look at when a host stays in waiting_up (``up_timeout``).
+UP_OVERDUE_CHECK = (
+    'is %(host)s powered on and booted (its BMC, console)? is its '
+    'nova-compute running and reaching the message bus? Nova must report '
+    'it up (openstack compute service list --host %(host)s); or take it '
+    'over with "instanceha-manage hosts clear %(host)s --enable"')
 
 
 #: Logged when a host is marked FAILED (seed manual, step 11).
@@ -356,15 +364,15 @@ class Engine:
         now = self.env.clock.now()
         if not self.conf.disabled:
             self._adopt(snapshot)
-        recovering = {h: wf.state for h, wf in self._workflows.items()
-                      if wf.state not in (S.SUSPECT, S.FENCE_FAILED)}
+        # Hosts in suspect or fence_failed are judged again every cycle (a
+        # host back up, or a gate now blocking, ends their workflow); the
+        # planner knows they were started already (per-cycle cap).
+        recovering = {h: wf.state for h, wf in self._workflows.items()}
         plan = self._plan(snapshot, now, recovering)
         self.plan = plan
-        for line in plan.lines():
-            LOG.debug('plan: %s', line)
+        self._log_plan(plan, blocks=not self.conf.disabled)
         if self.conf.disabled:
-            for d in plan.to_recover():
-                LOG.warning('disabled = true: would recover %s', d.line())
+            self._report_held(snapshot, now, recovering)
             return
         to_recover = {d.host: d for d in plan.to_recover()}
         for host in sorted(to_recover):
@@ -391,6 +399,77 @@ class Engine:
                            retry_in=int(max(0, wf.retry_at -
                                             self.env.clock.monotonic())),
                            reason=wf.reason)
+            elif wf.state is S.WAITING_UP:
+                self._check_up_timeout(wf, now)
+
+    @staticmethod
+    def _log_plan(plan: plan_mod.Plan, blocks: bool = True) -> None:
+        """Healthy hosts at debug; anything else is news (R5: logged).
+
+        A whole-plan block (a mass failure) is a warning, once a poll.
+        """
+        for d in plan.decisions:
+            level = (logging.DEBUG if d.decision is plan_mod.Decision.HEALTHY
+                     else logging.INFO)
+            LOG.log(level, 'plan: %s', d.line())
+        for why in plan.blocked_by if blocks else ():
+            LOG.warning('plan blocked by %s', why)
+
+    def _what_if(self, snapshot, now, recovering) -> plan_mod.Plan:
+        """The plan without the ``disabled`` gate, to say what is held.
+
+        Only side-effect-free gates are asked (a veto hook would be sent
+        a proposal nobody is going to carry out).
+        """
+        from instanceha.engine import decide
+        gates = [g for g in self.drivers.gates if getattr(g, 'pure', False)
+                 and not getattr(g, 'detect_only', False)]
+        drivers = dataclasses.replace(self.drivers, gates=gates)
+        return decide.make_plan(snapshot, drivers, self.conf, now,
+                                recovering=recovering)
+
+    def _report_held(self, snapshot, now, recovering) -> None:
+        """Detect-only mode (R6): say every poll what is not being done.
+
+        A failed host the plan would recover, and every host whose
+        recovery is held where it stopped, gets a ``recovery_held``
+        warning; a whole-plan block (mass failure) is logged as usual.
+        """
+        what_if = self._what_if(snapshot, now, recovering)
+        for why in what_if.blocked_by:
+            LOG.warning('plan blocked by %s (and [DEFAULT] disabled = '
+                        'true)', why)
+        for d in what_if.decisions:
+            if d.decision is plan_mod.Decision.BLOCKED:
+                LOG.info('with [DEFAULT] disabled = false: %s', d.line())
+            if d.decision is plan_mod.Decision.RECOVER:
+                self._emit(events.RECOVERY_HELD, d.host,
+                           note='would recover, but [DEFAULT] disabled = '
+                                'true', reason='; '.join(d.reasons))
+            elif (d.decision is plan_mod.Decision.RECOVERING and
+                  d.recovery_state not in (None, S.FAILED,
+                                           S.LEFT_DISABLED)):
+                self._emit(events.RECOVERY_HELD, d.host,
+                           note='recovery held in %s while [DEFAULT] '
+                                'disabled = true' % d.recovery_state.value,
+                           state=d.recovery_state.value)
+
+    def _check_up_timeout(self, wf: HostWorkflow,
+                          now: datetime.datetime) -> None:
+        """Warn every poll about a host that does not come back up.
+
+        It is not power-cycled again: it was fenced and its instances
+        moved, so it harms nobody, while a host that boots slowly (or
+        whose nova-compute cannot reach the control plane) would be
+        killed in the middle of its start. It keeps counting as unhealthy
+        for the gates until it is up or an operator takes it over.
+        """
+        waited = int((now - wf.entered).total_seconds())
+        if waited < self.conf.up_timeout:
+            return
+        self._emit(events.UP_OVERDUE, wf.host, waited=waited,
+                   forced_down_cleared=wf.cleared_at is not None,
+                   check=UP_OVERDUE_CHECK % {'host': wf.host})
 
     def _adopt(self, snapshot: model.Snapshot) -> None:
         """Resume hosts whose Nova marker says a recovery is under way."""
@@ -399,11 +478,7 @@ class Engine:
                       if svc.disabled else None)
             wf = self._workflows.get(svc.host)
             if wf is not None:
-                if (wf.state in (S.FAILED, S.LEFT_DISABLED) and
-                        wf.future is None and
-                        (parsed is None or parsed[0] is not wf.state)):
-                    # An operator handed the host back: forget it.
-                    del self._workflows[svc.host]
+                self._handed_back(wf, svc, parsed)
                 continue
             if parsed is None or parsed[0] not in RESUMABLE:
                 continue
@@ -435,6 +510,38 @@ class Engine:
             if state is S.FAILED:
                 self._emit(events.HOST_FAILED_PENDING, svc.host,
                            action=operator_action(svc.host))
+
+    def _handed_back(self, wf: HostWorkflow, svc: model.Service,
+                     parsed) -> None:
+        """Follow an operator's ``instanceha-manage hosts clear``.
+
+        Only hosts waiting for an operator (failed, left_disabled) or to
+        come up (waiting_up) are handed back; the marker we wrote is gone
+        or replaced, so the table says where the host goes: waiting_up
+        (``hosts clear``: enabled once Nova reports it up) or healthy
+        (``--enable``, or disabled with the operator's own reason, which
+        takes it out of our hands).
+        """
+        if wf.future is not None or wf.state not in (
+                S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
+            return
+        marker = parsed[0] if parsed else None
+        if marker is S.WAITING_UP:
+            if wf.state is not S.WAITING_UP:
+                self._transition(wf, S.WAITING_UP,
+                                 reason='cleared by operator')
+                wf.cleared_at = wf.up_after = None
+            return
+        if marker is wf.state:
+            return
+        if marker is not None and marker in RESUMABLE:
+            why = 'marker changed to %s by someone else' % marker.value
+        elif svc.disabled:
+            why = 'disabled by an operator: %s' % (
+                svc.disabled_reason or 'no reason')
+        else:
+            why = 'enabled by an operator'
+        self._transition(wf, S.HEALTHY, reason=why[:200])
 
     # -- advancing workflows -------------------------------------------------
 
@@ -537,7 +644,8 @@ class Engine:
         details = {'kdump': True} if wf.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         self._transition(wf, S.FENCED, **details)
-        self._step_fenced(wf)
+        if not self.conf.disabled:  # else held here (detect-only mode)
+            self._step_fenced(wf)
 
     def _note(self, wf: HostWorkflow) -> str:
         """Marker note carrying what a restarted engine needs to resume."""
@@ -619,7 +727,7 @@ class Engine:
                 if progress.settled:
                     self._aftercare.pop(wf.host, None)
                 return
-            if progress.complete:
+            if progress.complete and not self.conf.disabled:
                 self._evacuation_complete(wf, progress)
 
         # Aftercare only touches instances; the host itself has moved on

@@ -12,9 +12,12 @@
 
 """The recovery workflow on a small in-memory cloud (see the fakes)."""
 
+import logging
+
 import fixtures
 import testtools
 
+from instanceha.cmd import manage_hosts
 from instanceha.engine import events
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
@@ -612,3 +615,251 @@ class TestDisabled(TestCase):
         rig.run(20)
         self.assertEqual([], rig.fencer.calls)
         self.assertEqual([], [c for c in rig.cloud.calls])
+
+    def test_failed_host_reported_every_poll(self):
+        # The default gates include 'disabled', which blocks the plan:
+        # the engine still says, as a warning, what it would do.
+        rig = fakes.Rig(disabled=True)
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(10)
+        held = rig.events.named(events.RECOVERY_HELD, 'host1')
+        self.assertGreaterEqual(len(held), 9)  # poll = 1 s
+        self.assertEqual('would recover, but [DEFAULT] disabled = true',
+                         held[-1]['note'])
+        self.assertIn('nova: state down', held[-1]['reason'])
+        self.assertIn(events.RECOVERY_HELD, events.WARNINGS)
+        self.assertEqual([], rig.events.named(events.RECOVERY_HELD, 'host2'))
+
+    def test_mass_failure_still_logged_when_disabled(self):
+        log = self.useFixture(fixtures.FakeLogger(
+            name='instanceha.engine.recovery', level=logging.INFO,
+            format='%(levelname)s %(message)s'))
+        rig = fakes.Rig(disabled=True)
+        rig.cloud.boot('host1', 1)
+        rig.cloud.boot('host2', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.cloud.kill('host2')
+        rig.run(3)
+        self.assertIn('WARNING plan blocked by threshold: 2 of 3', log.output)
+        self.assertIn('(and [DEFAULT] disabled = true)', log.output)
+        # Not "would recover": the threshold would block them anyway.
+        self.assertEqual([], rig.events.named(events.RECOVERY_HELD))
+
+    def _mid_recovery(self, rig, state):
+        rig.cloud.boot('host1', 2)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        for _ in range(60):
+            rig.run(1)
+            if rig.engine.host_states().get('host1') is state:
+                return
+        self.fail('host1 never reached %s' % state)
+
+    def test_restart_with_disabled_holds_a_running_recovery(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        self._mid_recovery(rig, S.EVACUATING)
+        rig.conf.set_override('disabled', True)
+        rig.restart()
+        calls = len(rig.cloud.calls)
+        fenced = list(rig.fencer.calls)
+        rig.run(10)
+        # Held where it stopped: no Nova change, no power action.
+        self.assertEqual(calls, len(rig.cloud.calls))
+        self.assertEqual(fenced, rig.fencer.calls)
+        self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
+        held = rig.events.named(events.RECOVERY_HELD, 'host1')
+        self.assertGreaterEqual(len(held), 9)
+        self.assertEqual('evacuating', held[-1]['state'])
+        self.assertIn('held in evacuating', held[-1]['note'])
+        # Back to normal: resumed from the marker, each instance moved
+        # once.
+        rig.conf.set_override('disabled', False)
+        rig.run(40)
+        self.assertEqual({}, rig.engine.host_states())
+        for sid in rig.cloud.servers:
+            self.assertLessEqual(len(rig.cloud.evacuations(sid)), 1)
+            self.assertNotEqual('host1', rig.cloud.servers[sid].host)
+
+    def test_switched_on_while_running_finishes_step_starts_no_next(self):
+        rig = fakes.Rig()
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.engine.tick()  # suspect, fencing job ran (inline: done)
+        self.assertEqual(S.FENCING, rig.engine.host_states()['host1'])
+        rig.conf.set_override('disabled', True)
+        rig.clock.t += 1
+        rig.run(10)
+        # The fence result was recorded, but the host was not forced
+        # down, disabled or evacuated.
+        self.assertEqual({'host1': S.FENCED}, rig.engine.host_states())
+        self.assertEqual([], [c for c in rig.cloud.calls
+                              if c[0] != 'get_server'])
+        held = rig.events.named(events.RECOVERY_HELD, 'host1')
+        self.assertEqual('fenced', held[-1]['state'])
+        rig.conf.set_override('disabled', False)
+        rig.run(30)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+
+class TestPlanLogging(TestCase):
+
+    def test_levels(self):
+        log = self.useFixture(fixtures.FakeLogger(
+            name='instanceha.engine.recovery', level=logging.DEBUG,
+            format='%(levelname)s %(message)s'))
+        rig = fakes.Rig()
+        rig.cloud.boot('host1', 1)
+        rig.cloud.boot('host2', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.cloud.kill('host2')
+        cycles = rig.engine.cycles
+        rig.run(3)
+        polls = rig.engine.cycles - cycles
+        lines = log.output.splitlines()
+
+        def count(prefix):
+            return sum(1 for line in lines if line.startswith(prefix))
+
+        self.assertEqual(3, polls)
+        self.assertEqual(polls, count('INFO plan: host1 blocked: nova: '
+                                      'state down'))
+        self.assertEqual(polls, count('WARNING plan blocked by threshold: '
+                                      '2 of 3'))
+        self.assertEqual(0, count('INFO plan: host3 healthy'))
+        self.assertGreaterEqual(count('DEBUG plan: host3 healthy'), polls)
+
+
+class TestUpTimeout(TestCase):
+
+    def test_host_that_never_comes_up_is_reported(self):
+        rig = fakes.Rig(up_timeout=60)
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        orig_unfence = rig.fencer.unfence
+
+        def unfence_without_boot(host):
+            result = orig_unfence(host)
+            rig.cloud.kill(host)  # powered on, never boots
+            return result
+
+        rig.fencer.unfence = unfence_without_boot
+        rig.run(30)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        self.assertEqual([], rig.events.named(events.UP_OVERDUE))
+        rig.run(60)
+        overdue = rig.events.named(events.UP_OVERDUE, 'host1')
+        self.assertGreater(len(overdue), 5)  # every poll
+        self.assertGreaterEqual(overdue[0]['waited'], 60)
+        self.assertTrue(overdue[-1]['forced_down_cleared'])
+        self.assertIn('nova-compute running', overdue[-1]['check'])
+        self.assertIn(events.UP_OVERDUE, events.WARNINGS)
+        # Never power-cycled again; still unhealthy for the gates.
+        self.assertEqual([('off', 'host1'), ('on', 'host1')],
+                         rig.fencer.calls)
+        self.assertEqual(S.WAITING_UP, rig.engine.host_states()['host1'])
+        self.assertEqual('recovering',
+                         rig.engine.plan.decision('host1').decision.value)
+        # It comes up late: enabled as usual, no more warnings.
+        rig.cloud.revive('host1')
+        rig.run(5)
+        self.assertEqual({}, rig.engine.host_states())
+        n = len(rig.events.named(events.UP_OVERDUE))
+        rig.run(5)
+        self.assertEqual(n, len(rig.events.named(events.UP_OVERDUE)))
+
+
+class TestHandBack(TestCase):
+    """instanceha-manage hosts clear, as the engine sees it (the table)."""
+
+    def _failed(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.retries': 0})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.fail_rebuild[vm] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+        return rig
+
+    def test_failed_cleared_goes_to_waiting_up_then_healthy(self):
+        rig = self._failed()
+        rig.cloud.revive('host1')
+        manage_hosts.clear(rig.cloud, 'host1', False, rig.clock.now())
+        rig.run(10)
+        self.assertEqual([('evacuating', 'failed'), ('failed', 'waiting_up'),
+                          ('waiting_up', 'enabling'), ('enabling', 'healthy')],
+                         rig.transitions('host1')[-4:])
+        handed = rig.events.named(events.HOST_STATE, 'host1')[-3]
+        self.assertEqual('cleared by operator', handed['reason'])
+        self.assertEqual([], rig.events.named(events.HOST_RESUMED))
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_failed_cleared_with_enable_goes_to_healthy(self):
+        rig = self._failed()
+        rig.cloud.revive('host1')
+        manage_hosts.clear(rig.cloud, 'host1', True, rig.clock.now())
+        rig.run(5)
+        self.assertEqual(('failed', 'healthy'), rig.transitions('host1')[-1])
+        self.assertEqual('enabled by an operator', rig.events.named(
+            events.HOST_STATE, 'host1')[-1]['reason'])
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_left_disabled_cleared(self):
+        rig = fakes.Rig(leave_disabled=True)
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        self.assertEqual({'host1': S.LEFT_DISABLED},
+                         rig.engine.host_states())
+        rig.cloud.revive('host1')
+        manage_hosts.clear(rig.cloud, 'host1', False, rig.clock.now())
+        rig.run(10)
+        self.assertEqual([('left_disabled', 'waiting_up'),
+                          ('waiting_up', 'enabling'), ('enabling', 'healthy')],
+                         rig.transitions('host1')[-3:])
+
+    def test_waiting_up_enabled_by_operator(self):
+        rig = fakes.Rig()
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        orig_unfence = rig.fencer.unfence
+
+        def unfence_without_boot(host):
+            result = orig_unfence(host)
+            rig.cloud.kill(host)
+            return result
+
+        rig.fencer.unfence = unfence_without_boot
+        rig.run(20)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        manage_hosts.clear(rig.cloud, 'host1', True, rig.clock.now())
+        rig.cloud.revive('host1')
+        rig.run(5)
+        self.assertEqual(('waiting_up', 'healthy'),
+                         rig.transitions('host1')[-1])
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_operator_takes_a_failed_host_over(self):
+        rig = self._failed()
+        svc = rig.cloud.services['host1']
+        rig.cloud.services['host1'] = fakes._replace(
+            svc, disabled_reason='RMA ticket 42')
+        rig.run(5)
+        self.assertEqual(('failed', 'healthy'), rig.transitions('host1')[-1])
+        self.assertEqual('disabled by an operator: RMA ticket 42',
+                         rig.events.named(events.HOST_STATE,
+                                          'host1')[-1]['reason'])
+        # Out of scope now (operator-disabled): never picked up again.
+        rig.run(10)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('disabled', rig.cloud.services['host1'].status)
