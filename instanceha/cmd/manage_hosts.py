@@ -32,6 +32,12 @@ from instanceha import exceptions
 
 S = states.HostState
 
+#: Markers ``clear`` accepts: hosts waiting for an operator, and a host
+#: waiting to come up (clearing it again is harmless). The running
+#: service follows the table: failed/left_disabled -> waiting_up, or
+#: -> healthy with ``--enable``.
+CLEARABLE = (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP)
+
 
 def _cloud(conf):
     from instanceha.engine import runner
@@ -90,10 +96,12 @@ def clear(cloud, host: str, enable: bool, now) -> str:
         raise exceptions.InstanceHAError(
             'host %s carries no instanceha marker (disabled_reason %r); '
             'nothing to clear' % (host, service.disabled_reason))
-    if parsed[0] not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
+    if parsed[0] not in CLEARABLE:
         raise exceptions.InstanceHAError(
             'host %s is %s: its recovery is still running; clear only a '
-            'host marked failed or left_disabled' % (host, parsed[0].value))
+            'host marked %s' % (host, parsed[0].value, ', '.join(
+                s.value for s in CLEARABLE[:-1]) + ' or ' +
+                CLEARABLE[-1].value))
     try:
         if enable:
             cloud.update_service(service, status=model.ENABLED,
@@ -126,10 +134,10 @@ def add_parsers(subparsers) -> None:
     lst = sub.add_parser('list', help='every compute host with the state '
                          'instanceha recorded in Nova')
     lst.add_argument('--json', action='store_true',
-                     help='one JSON object per host')
+                     help='print a JSON array with one object per host')
     lst.set_defaults(func=_list)
-    clr = sub.add_parser('clear', help='hand a FAILED or left-disabled host '
-                         'back after fixing it')
+    clr = sub.add_parser('clear', help='hand a failed, left_disabled or '
+                         'waiting_up host back after fixing it')
     clr.add_argument('host', help='compute host name as Nova lists it')
     clr.add_argument('--enable', action='store_true',
                      help='enable it now instead of once Nova reports it '

@@ -72,6 +72,8 @@ class TestHosts(testtools.TestCase):
         e = self.assertRaises(exceptions.InstanceHAError, manage_hosts.clear,
                               self.cloud, 'host2', False, fakes.T0)
         self.assertIn('still running', str(e))
+        self.assertIn('clear only a host marked failed, left_disabled or '
+                      'waiting_up', str(e))
         e = self.assertRaises(exceptions.InstanceHAError, manage_hosts.clear,
                               self.cloud, 'nohost', False, fakes.T0)
         self.assertIn("'nohost'", str(e))
@@ -92,3 +94,17 @@ class TestHosts(testtools.TestCase):
         rig.run(10)
         self.assertEqual({}, rig.engine.host_states())
         self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_clear_waiting_up_again(self):
+        self.mark('host2', S.WAITING_UP, forced_down=False)
+        manage_hosts.clear(self.cloud, 'host2', False, fakes.T0)
+        self.assertEqual(S.WAITING_UP, states.parse_marker(
+            self.cloud.services['host2'].disabled_reason)[0])
+
+    def test_json_help_says_array(self):
+        import argparse
+        parser = argparse.ArgumentParser()
+        manage_hosts.add_parsers(parser.add_subparsers())
+        hosts = parser._subparsers._group_actions[0].choices['hosts']
+        lst = hosts._subparsers._group_actions[0].choices['list']
+        self.assertIn('JSON array', lst.format_help())
