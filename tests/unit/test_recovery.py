@@ -220,6 +220,27 @@ class TestFencing(TestCase):
         self.assertEqual(('fence_failed', 'healthy'),
                          rig.transitions('host1')[-1])
 
+    def test_unfenceable_host_does_not_starve_the_per_cycle_cap(self):
+        # host1 sorts first and can never be fenced; with a cap of one
+        # new host per cycle, host2 must still get its turn.
+        rig = fakes.Rig(hosts=4, configured={'host2', 'host3', 'host4'},
+                        threshold=100, **{'gates.max_hosts_per_cycle': 1})
+        rig.cloud.boot('host1', 1)
+        vm, = rig.cloud.boot('host2', 1)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(3)
+        self.assertEqual(S.FENCE_FAILED, rig.engine.host_states()['host1'])
+        rig.cloud.kill('host2')
+        rig.run(30)
+        self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+        self.assertEqual(['host1'], list(rig.engine.host_states()))
+        self.assertIn(rig.engine.host_states()['host1'],
+                      (S.FENCE_FAILED, S.FENCING))  # or retrying
+        # host1 kept its workflow (never dropped and restarted).
+        self.assertEqual(1, rig.transitions('host1').count(
+            ('healthy', 'suspect')))
+
     def test_kdump_host_is_fenced_without_power_cycle(self):
         rig = fakes.Rig(kdump=True, **{'kdump.check_kdump': True,
                                        'kdump.kdump_timeout': 10,
