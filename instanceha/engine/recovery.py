@@ -401,6 +401,9 @@ class Engine:
                            reason=wf.reason)
             elif wf.state is S.WAITING_UP:
                 self._check_up_timeout(wf, now)
+            elif wf.state is S.FAILED and wf.future is None:
+                self._emit(events.HOST_FAILED_PENDING, host,
+                           action=operator_action(host))
 
     @staticmethod
     def _log_plan(plan: plan_mod.Plan, blocks: bool = True) -> None:
@@ -507,9 +510,6 @@ class Engine:
                 self._aftercare[svc.host] = dataclasses.replace(
                     wf, job=strategy.begin(svc.host, [], since=wf.since))
             self._emit(events.HOST_RESUMED, svc.host, state=state.value)
-            if state is S.FAILED:
-                self._emit(events.HOST_FAILED_PENDING, svc.host,
-                           action=operator_action(svc.host))
 
     def _handed_back(self, wf: HostWorkflow, svc: model.Service,
                      parsed) -> None:

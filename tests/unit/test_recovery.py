@@ -321,6 +321,12 @@ class TestSmart(TestCase):
         self.assertEqual([vm], [d['server'] for d in gave_up])
         self.assertIn('run "instanceha-manage hosts clear host1"',
                       self.log.output)
+        # Reported every poll until an operator acts.
+        pending = len(rig.events.named(events.HOST_FAILED_PENDING, 'host1'))
+        self.assertGreater(pending, 5)
+        rig.run(5)
+        self.assertEqual(pending + 5, len(rig.events.named(
+            events.HOST_FAILED_PENDING, 'host1')))
         # A new engine (restart) does not touch a FAILED host either.
         rig.restart()
         rig.run(20)
