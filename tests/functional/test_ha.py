@@ -156,7 +156,7 @@ class _HaStory:
             'evacuation.strategy': 'smart',
             'evacuation.max_in_flight': 1,
             'shutdown_timeout': 10}))
-        vms = cloud.boot('host1', 3)
+        vms = cloud.boot('host1', 4)
         later, = cloud.boot('host2', 1, name='later')
 
         a = Copy(self, cloud, 'copy-a')
@@ -172,6 +172,9 @@ class _HaStory:
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait(10)
         killed = time.monotonic()
+        begun = [s for s in vms if cloud.evacuations(s)]
+        self.assertLess(len(begun), len(vms),
+                        'copy-a evacuated everything before it was killed')
         wait_for(b.leading, SHORT, 'copy-b to take over')
         print('%s: copy-b ready as leader %.1f s after SIGKILL of copy-a '
               '(lease %d s, heartbeat %.1f s)'
@@ -186,6 +189,7 @@ class _HaStory:
         self.assertEqual(1, len(fenced), fenced)
         self.assertEqual([], b.transitions('host1', 'fencing'))
         self.assertTrue(b.events('host1', 'host_resumed'))
+        self.assertTrue(b.events('host1', 'evacuate_requested'))
 
         samples = b.metrics()
         self.assertEqual(1.0, samples['instanceha_leader'])
