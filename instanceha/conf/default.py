@@ -47,9 +47,8 @@ OPTS = [
                      'Nova) is held where it stopped: nothing more is done '
                      'to it (it stays disabled and forced down), it is '
                      'reported every poll, and its recovery resumes from '
-                     'the marker once disabled is false again. A step '
-                     'already running when the mode takes effect is '
-                     'allowed to finish, but no next step is started.'),
+                     'the marker once disabled is false again. Read when '
+                     'the service starts: change it, then restart.'),
     cfg.BoolOpt('leave_disabled', default=False,
                 help='Keep a host disabled and forced down after its '
                      'instances were evacuated instead of powering it on '
