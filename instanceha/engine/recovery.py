@@ -87,8 +87,8 @@ STEP_RETRY = 5.0
 UP_OVERDUE_CHECK = (
     'is %(host)s powered on and booted (its BMC, console)? is its '
     'nova-compute running and reaching the message bus? Nova must report '
-    'it up (openstack compute service list --host %(host)s); or take it '
-    'over with "instanceha-manage hosts clear %(host)s --enable"')
+    'it up (openstack compute service list --host %(host)s). To take it '
+    'out of instanceha\'s hands, disable it with a reason of your own')
 
 
 #: Logged when a host is marked FAILED (seed manual, step 11).
