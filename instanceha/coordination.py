@@ -467,7 +467,9 @@ def _no_redis_retries(driver) -> None:
     from redis import backoff
     from redis import retry
 
-    make_client = driver._make_client
+    make_client = getattr(driver, '_make_client', None)
+    if make_client is None:  # another tooz: keep its own behaviour
+        return
 
     def _make_client(*args, **kwargs):
         client = make_client(*args, **kwargs)

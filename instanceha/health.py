@@ -435,6 +435,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     metrics: Metrics
 
     def do_GET(self):  # noqa: N802 - http.server's naming
+        try:
+            self._get()
+        except Exception:  # noqa: answer, log, keep serving
+            LOG.exception('health: %s failed', self.path)
+            self._send(500, 'text/plain', b'internal error, see the log\n')
+
+    def _get(self) -> None:
         path = self.path.split('?', 1)[0]
         if path == '/healthz':
             ready, body = self.monitor.readiness()

@@ -344,3 +344,12 @@ class ServerTest(testtools.TestCase):
             port=self.server.port)
         self.assertIn('[health] listen = 127.0.0.1, port = %d'
                       % self.server.port, str(err))
+
+    def test_a_failing_probe_answers_500_and_keeps_serving(self):
+        def broken():
+            raise RuntimeError('status unavailable')
+
+        self.monitor.coordinator.status = broken
+        self.assertEqual(500, self.get('/healthz')[0])
+        del self.monitor.coordinator.status
+        self.assertEqual(503, self.get('/healthz')[0])
