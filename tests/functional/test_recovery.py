@@ -314,6 +314,10 @@ class TestRecovery(RecoveryTestBase):
         # between two attempts, or retrying
         self.assertIn(eng.state('host1'), (states.HostState.FENCE_FAILED,
                                            states.HostState.FENCING))
+        # and it never got further, whatever the timing (R9)
+        news = {d['new'] for d in eng.record.named(events.HOST_STATE,
+                                                   'host1')}
+        self.assertLessEqual(news, {'suspect', 'fencing', 'fence_failed'})
         for sid in vms:
             self.assertEqual('host1', cloud.server(sid).host)
             self.assertEqual([], cloud.evacuations(sid))
@@ -355,6 +359,15 @@ class TestRecovery(RecoveryTestBase):
         wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
                  'host1 enabled after "hosts clear"')
         self.assertEqual(3, len(cloud.evacuations(vm)))
+
+        def news():
+            return [d['new'] for d in eng.record.named(events.HOST_STATE,
+                                                       'host1')]
+        # The hand-back follows the state table, step by step.
+        wait_for(lambda: news()[-1:] == ['healthy'], RECOVERY_TIMEOUT,
+                 'host1 healthy in the engine')
+        self.assertEqual(['failed', 'waiting_up', 'enabling', 'healthy'],
+                         news()[-4:])
 
     def test_reserved_host_in_same_aggregate_enabled(self):
         cloud = self.cloud(hosts=5, options={
@@ -447,13 +460,19 @@ class TestService(RecoveryTestBase):
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
 
+        def attach():
+            # Read now: the cloud's temporary directory is removed before
+            # the test runner would read a lazy detail, which crashes the
+            # subunit worker.
+            self.addDetail('%s-log' % name, testtools.content.content_from_file(
+                log.name, buffer_now=True))
+
         def reap():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+        self.addCleanup(attach)
         self.addCleanup(reap)
-        self.addDetail('%s-log' % name, testtools.content.content_from_file(
-            log.name, buffer_now=False))
         return proc
 
     def test_end_to_end_with_restart(self):
