@@ -228,6 +228,8 @@ class Monitor:
         self._cycles_seen = 0
         self._plan = None
         self._hosts: dict[str, int] = {}
+        #: Drivers with listener counters (``stats()``), set by watch().
+        self.listeners: list = []
         metrics.registry.register(_LiveCollector(self))
 
     # -- what the loop reports ---------------------------------------------
@@ -318,6 +320,8 @@ class Monitor:
         loop needs no change to be observed.
         """
         tick = engine.tick
+        self.listeners = [d for d in engine.drivers.detectors
+                          if callable(getattr(d, 'stats', None))]
 
         def observed_tick():
             self.tick_started()
@@ -427,6 +431,36 @@ class _LiveCollector:
                     'instanceha_coordination_members',
                     'Copies of the service in the coordination group.',
                     value=coord.members)
+        yield from _listener_metrics(mon.listeners)
+
+
+def _listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
+    """Packets the heartbeat and kdump listeners accepted and rejected.
+
+    Labels are the detector's name and a rejection reason from the
+    listener's fixed list, so cardinality stays bounded.
+    """
+    if not listeners:
+        return
+    packets = prom_core.CounterMetricFamily(
+        'instanceha_listener_packets',
+        'Packets received by a detector\'s UDP listener, by result and '
+        'reason of rejection.', labels=['listener', 'result', 'reason'])
+    hosts = prom_core.GaugeMetricFamily(
+        'instanceha_listener_hosts',
+        'Hosts a detector\'s UDP listener has heard from.',
+        labels=['listener'])
+    for drv in listeners:
+        stats = drv.stats()
+        if not stats:
+            continue
+        packets.add_metric([drv.name, 'accepted', ''],
+                           stats.get('accepted', 0))
+        for reason, count in sorted(stats.get('rejected', {}).items()):
+            packets.add_metric([drv.name, 'rejected', reason], count)
+        hosts.add_metric([drv.name], stats.get('hosts', 0))
+    yield packets
+    yield hosts
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -19,6 +19,7 @@ what the loop reports, not about recovery. The HTTP server is real.
 
 import datetime
 import json
+import types
 import urllib.error
 import urllib.request
 
@@ -60,8 +61,20 @@ class FakeCoordinator:
                       stopping=False)
 
 
+class FakeListenerDetector:
+    """Stands in for the heartbeat detector's listener counters."""
+
+    name = 'heartbeat'
+
+    def stats(self):
+        return {'accepted': 7, 'rejected': {'bad_hmac': 2, 'replay': 1},
+                'hosts': 3}
+
+
 class FakeEngine:
     def __init__(self, sink=None):
+        self.drivers = types.SimpleNamespace(
+            detectors=[FakeListenerDetector(), object()])
         self.cycles = 0
         self.plan = None
         self.states = {}
@@ -287,6 +300,16 @@ class MonitorTest(testtools.TestCase):
         self.assertEqual(0.0, self.value('instanceha_leader'))
         self.assertEqual(0.0, self.value(
             'instanceha_coordination_backend_up'))
+
+    def test_listener_counters(self):
+        self.assertEqual(7.0, self.value(
+            'instanceha_listener_packets_total', listener='heartbeat',
+            result='accepted', reason=''))
+        self.assertEqual(2.0, self.value(
+            'instanceha_listener_packets_total', listener='heartbeat',
+            result='rejected', reason='bad_hmac'))
+        self.assertEqual(3.0, self.value('instanceha_listener_hosts',
+                                         listener='heartbeat'))
 
 
 class ServerTest(testtools.TestCase):
