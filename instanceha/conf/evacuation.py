@@ -14,6 +14,8 @@
 
 from oslo_config import cfg
 
+from instanceha import exceptions
+
 GROUP = 'evacuation'
 
 OPTS = [
@@ -30,6 +32,16 @@ OPTS = [
                help='Retries of a failed rebuild on the same destination '
                     'host before other hosts are tried (restart limits, '
                     'R17).'),
+    cfg.IntOpt('retry_interval', default=5, min=0, max=3600,
+               help='Seconds before a failed or refused rebuild of one '
+                    'instance is tried again by the smart and orchestrated '
+                    'strategies. The wait doubles after each failure of '
+                    'that instance, up to retry_max_interval, so that a '
+                    'busy or full cloud (task_state conflict, "No valid '
+                    'host") gets time to change. 0 retries at once.'),
+    cfg.IntOpt('retry_max_interval', default=60, min=0, max=86400,
+               help='Longest wait between two evacuation attempts of one '
+                    'instance (see retry_interval).'),
     cfg.IntOpt('max_in_flight', default=0, min=0, max=10000,
                help='Most instance evacuations running at once, over all '
                     'hosts being recovered (smart and orchestrated; '
@@ -52,6 +64,30 @@ OPTS = [
                     'priority for the orchestrated strategy (higher first; '
                     'missing or malformed: 0).'),
 ]
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    group = conf.evacuation
+    if group.retry_max_interval < group.retry_interval:
+        raise exceptions.ConfigurationError(
+            'option [evacuation] retry_max_interval (%d) is smaller than '
+            '[evacuation] retry_interval (%d)'
+            % (group.retry_max_interval, group.retry_interval))
+
+
+def retry_delay(conf: cfg.ConfigOpts, failures: int) -> int:
+    """Seconds to wait before the next attempt after ``failures`` failures.
+
+    Exponential and deterministic (no jitter): every copy and every
+    simulator run waits the same, and the retry count stays bounded by
+    ``retries`` whatever the wait.
+    """
+    group = conf.evacuation
+    if failures <= 0 or group.retry_interval <= 0:
+        return 0
+    # Cap the exponent too, so that a large count cannot overflow.
+    wait = group.retry_interval * (2 ** min(failures - 1, 32))
+    return min(wait, group.retry_max_interval)
 
 
 def max_in_flight(conf: cfg.ConfigOpts) -> int:

@@ -36,9 +36,11 @@ Names (``host`` is set on all but the cycle-level ones):
                           instance in that status (only ACTIVE, ERROR,
                           SHUTOFF); it stays on the failed host
 ``evacuate_refused``      ``server``, ``attempt``, ``reason``: the API
-                          call failed
+                          call failed; ``retry_in`` (s) when it will be
+                          retried
 ``evacuate_done``         ``server``, ``dest``, ``status``
-``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``
+``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``;
+                          ``retry_in`` (s) when it will be retried
 ``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (R17's
                           terminal error state)
 ``forced_down_cleared``   a recovered host may report ``up`` again

@@ -18,9 +18,11 @@ import fixtures
 import testtools
 
 from instanceha.cmd import manage_hosts
+from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import events
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
+from instanceha import exceptions
 from tests.unit import test_recovery_fakes as fakes
 
 
@@ -375,6 +377,19 @@ class TestSmart(TestCase):
         self.assertEqual([None, None, 'host3'], targets)
         self.assertEqual('host3', rig.cloud.servers[vm].host)
 
+    def test_no_destination_chosen_is_said_plainly(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.retries': 0})
+        vm, = rig.cloud.boot('host1', 1)
+        rig.run(2)
+        rig.cloud._pick = lambda src: None  # the scheduler finds nothing
+        rig.cloud.kill('host1')
+        rig.run(20)
+        failed, = rig.events.named(events.EVACUATE_FAILED, 'host1')
+        self.assertEqual('rebuild ended failed before Nova chose a '
+                         'destination', failed['reason'])
+        self.assertIsNone(failed['dest'])
+
     def test_in_flight_cap(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart',
                            'evacuation.max_in_flight': 2})
@@ -408,6 +423,87 @@ class TestSmart(TestCase):
         rig.run(20)
         self.assertEqual({}, rig.engine.host_states())
         self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+
+class TestRetryBackoff(TestCase):
+    """A failed rebuild is retried after a growing, bounded wait."""
+
+    def _rig(self, **kw):
+        conf = {'evacuation.strategy': 'smart', 'evacuation.retries': 5,
+                'evacuation.retry_interval': 2,
+                'evacuation.retry_max_interval': 6}
+        conf.update(kw)
+        rig = fakes.Rig(**conf)
+        times = []
+        evacuate = rig.cloud.evacuate
+
+        def timed(server_id, *, host=None):
+            times.append(rig.clock.t)
+            return evacuate(server_id, host=host)
+        rig.cloud.evacuate = timed
+        return rig, times
+
+    def test_refusals_back_off_exponentially_up_to_the_cap(self):
+        rig, times = self._rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.refuse[vm] = 100
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(120)
+        # 1 + retries attempts in all (R17), however long the waits.
+        self.assertEqual(6, len(times))
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        self.assertEqual([2, 4, 6, 6, 6], gaps)
+        refused = rig.events.named(events.EVACUATE_REFUSED, 'host1')
+        self.assertEqual([2, 4, 6, 6, 6, None],
+                         [d.get('retry_in') for d in refused])
+        self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
+
+    def test_failed_rebuilds_back_off_then_succeed(self):
+        rig, times = self._rig()
+        vm, = rig.cloud.boot('host1', 1)
+        rig.cloud.fail_rebuild[vm] = 2
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(60)
+        self.assertEqual(3, len(times))
+        # Each failure is seen 2 ticks after the call, then 2 s, then 4 s.
+        self.assertEqual([4, 6], [b - a for a, b in zip(times, times[1:])])
+        self.assertEqual('ACTIVE', rig.cloud.servers[vm].status)
+        self.assertEqual({}, rig.engine.host_states())
+
+    def test_backing_off_instance_does_not_hold_up_others(self):
+        rig, times = self._rig(**{'evacuation.retry_interval': 30,
+                                  'evacuation.retry_max_interval': 30})
+        bad, good = rig.cloud.boot('host1', 2)
+        rig.cloud.refuse[bad] = 1
+        rig.run(2)
+        rig.cloud.kill('host1')
+        rig.run(20)
+        # Refused once and waiting; the other one is rebuilt meanwhile.
+        self.assertEqual(1, len(rig.cloud.evacuations(bad)))
+        self.assertEqual('ACTIVE', rig.cloud.servers[good].status)
+        self.assertNotEqual('host1', rig.cloud.servers[good].host)
+        rig.run(30)
+        self.assertEqual(2, len(rig.cloud.evacuations(bad)))
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('ACTIVE', rig.cloud.servers[bad].status)
+
+    def test_delay_is_deterministic_and_bounded(self):
+        conf = fakes.make_conf(**{'evacuation.retry_interval': 5,
+                                  'evacuation.retry_max_interval': 60})
+        self.assertEqual([0, 5, 10, 20, 40, 60, 60],
+                         [evac_conf.retry_delay(conf, n)
+                          for n in (0, 1, 2, 3, 4, 5, 10**6)])
+        conf.set_override('retry_interval', 0, group='evacuation')
+        self.assertEqual(0, evac_conf.retry_delay(conf, 3))
+
+    def test_max_below_interval_is_refused(self):
+        conf = fakes.make_conf(**{'evacuation.retry_interval': 30,
+                                  'evacuation.retry_max_interval': 10})
+        err = self.assertRaises(exceptions.ConfigurationError,
+                                evac_conf.validate, conf)
+        self.assertIn('[evacuation] retry_max_interval', str(err))
 
 
 class TestOrchestrated(TestCase):

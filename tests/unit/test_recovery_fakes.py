@@ -296,8 +296,10 @@ def make_conf(**overrides):
     conf = cfg.ConfigOpts()
     ha_conf.register_opts(conf)
     conf([], project='instanceha', default_config_files=[])
+    # Retries of a rebuild at once unless a test is about the back-off
+    # (TestRetryBackoff): the fakes fail on command, not by load.
     base = {'poll': 1, 'delta': 5, 'fence_retry_interval': 10,
-            'fence_retry_max_interval': 40}
+            'fence_retry_max_interval': 40, 'evacuation.retry_interval': 0}
     base.update(overrides)
     for key, value in base.items():
         group = None

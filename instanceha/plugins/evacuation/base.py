@@ -27,12 +27,16 @@ evacuations. Strategies differ only in policy:
 Restart limits (R17): an instance is retried on the same destination at
 most ``[evacuation] same_target_retries`` times, then on other hosts, and
 after ``retries`` retries in all it is given up (a terminal state that
-marks its host FAILED).
+marks its host FAILED). Between two attempts of one instance the job waits
+``[evacuation] retry_interval`` seconds, doubled after each failure up to
+``retry_max_interval``: a conflict (task_state) or a full cloud ("No
+valid host") rarely clears within a second.
 """
 
 import dataclasses
 import enum
 
+from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -83,6 +87,9 @@ class InstanceTask:
     reason: str = ''
     #: Monotonic time the current attempt was accepted.
     started: float | None = None
+    #: Monotonic time before which a failed instance is not tried again
+    #: (retry back-off); None: may start now.
+    not_before: float | None = None
     #: The fire-and-forget notion of success: Nova accepted the call.
     accepted: bool = False
     locked_by_us: bool = False
@@ -242,15 +249,27 @@ class EvacuationJob:
             and task.failures.get(s.host, 0) <= limit)
         return candidates[0][1] if candidates else None
 
-    def _failed_attempt(self, env, task, dest, reason, snapshot) -> None:
-        if dest:
-            task.failures[dest] = task.failures.get(dest, 0) + 1
+    def _failed_attempt(self, env, task, failed_on, why, snapshot,
+                        event, **details) -> None:
+        """Report a failed attempt (``event``), then retry or give up.
+
+        A retry waits ``retry_delay`` seconds (reported as ``retry_in``):
+        back-off, so that a conflict or a full cloud has time to clear.
+        """
+        if failed_on:
+            task.failures[failed_on] = task.failures.get(failed_on, 0) + 1
         if task.attempts > self.strategy.retries:
-            self._give_up(env, task, reason)
+            self._emit(env, event, server=task.server_id,
+                       attempt=task.attempts, **details)
+            self._give_up(env, task, why)
             return
+        delay = self.strategy.retry_delay(task.attempts)
+        self._emit(env, event, server=task.server_id, attempt=task.attempts,
+                   retry_in=delay, **details)
         task.state = TaskState.PENDING
         task.accepted = False
         task.target = self._next_target(task, snapshot)
+        task.not_before = env.clock.monotonic() + delay if delay else None
 
     def _restore_power_state(self, env, task, server: model.Server) -> None:
         """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
@@ -311,11 +330,14 @@ class EvacuationJob:
             self._unlock(env, task)
             return
         task.current = None
-        reason = 'rebuild on %s ended %s' % (rec.dest_host or '?',
-                                             rec.status)
-        self._emit(env, events.EVACUATE_FAILED, server=task.server_id,
-                   attempt=task.attempts, dest=rec.dest_host, reason=reason)
-        self._failed_attempt(env, task, rec.dest_host, reason, snapshot)
+        if rec.dest_host:
+            reason = 'rebuild on %s ended %s' % (rec.dest_host, rec.status)
+        else:
+            reason = ('rebuild ended %s before Nova chose a destination'
+                      % rec.status)
+        self._failed_attempt(env, task, rec.dest_host, reason, snapshot,
+                             events.EVACUATE_FAILED, dest=rec.dest_host,
+                             reason=reason)
 
     def _start(self, env, task: InstanceTask, snapshot) -> None:
         if (self.strategy.lock_instances and not task.locked_by_us and
@@ -328,12 +350,11 @@ class EvacuationJob:
         try:
             env.cloud.evacuate(task.server_id, host=task.target)
         except exceptions.CloudError as exc:
-            reason = 'evacuate refused: %s' % exc
-            self._emit(env, events.EVACUATE_REFUSED, server=task.server_id,
-                       attempt=task.attempts, reason=str(exc))
             # A refusal naming a target may be the target's fault (R17:
             # after same_target_retries, try elsewhere).
-            self._failed_attempt(env, task, task.target, reason, snapshot)
+            self._failed_attempt(env, task, task.target,
+                                 'evacuate refused: %s' % exc, snapshot,
+                                 events.EVACUATE_REFUSED, reason=str(exc))
             return
         task.current = None
         task.state = TaskState.IN_FLIGHT
@@ -358,9 +379,13 @@ class EvacuationJob:
                 self._check(env, task, records, ctx.snapshot)
         self._stop_if_given_up(env)
         budget = ctx.budget
+        now = env.clock.monotonic()
         for task in self.strategy.ready(self._sorted()):
             if budget <= 0 or not env.coordinator.is_leader():
                 break
+            if task.not_before is not None and now < task.not_before:
+                continue  # backing off after a failed attempt
+            task.not_before = None
             self._start(env, task, ctx.snapshot)
             budget -= 1
         return self.progress()
@@ -445,6 +470,10 @@ class EvacuationStrategy(base.Driver):
     @property
     def same_target_retries(self) -> int:
         return self.conf.evacuation.same_target_retries
+
+    def retry_delay(self, attempts: int) -> int:
+        """Back-off before retrying an instance that failed ``attempts``."""
+        return evac_conf.retry_delay(self.conf, attempts)
 
     @property
     def timeout(self) -> int:
