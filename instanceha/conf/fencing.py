@@ -45,6 +45,12 @@ OPTS = [
     cfg.FloatOpt('poll_interval', default=1.0, min=0.05, max=60,
                  help='Seconds between two power state queries while '
                       'waiting for a device to confirm a power change.'),
+    cfg.BoolOpt('allow_noop', default=False,
+                help='Accept hosts fenced by the noop driver, which proves '
+                     'nothing about a host\'s power state. Only for labs: '
+                     'evacuating a host that may still run its instances '
+                     'can corrupt their data. Without it, a noop entry '
+                     'stops start-up.'),
     cfg.StrOpt('ipmitool_path', default='ipmitool',
                help='The ipmitool executable used by the ipmi driver (a '
                     'name looked up in PATH, or an absolute path).'),

@@ -39,6 +39,8 @@ def make_conf(**fencing) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     ha_conf.parse_args([], conf, default_config_files=[])
     fencing.setdefault('poll_interval', 0.05)
+    # Most tests use the noop driver as a stand-in device.
+    fencing.setdefault('allow_noop', True)
     for key, value in fencing.items():
         conf.set_override(key, value, 'fencing')
     return conf
@@ -492,6 +494,15 @@ class TestFromConf(FileMixin, testtools.TestCase):
                                                ('noop',)),
                              t.fence('c1.example.com'))
         self.assertIn('nothing was proven', log.output)
+
+    def test_noop_refused_unless_allowed(self):
+        path = self.write('hosts: {c1: {driver: noop}}')
+        self.conf.set_override('config_file', path, 'fencing')
+        self.conf.set_override('allow_noop', False, 'fencing')
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                topology.Topology.from_conf, self.conf)
+        self.assertIn('c1', str(exc))
+        self.assertIn('allow_noop', str(exc))
 
 
 class TestSample(testtools.TestCase):

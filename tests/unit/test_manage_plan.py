@@ -45,6 +45,7 @@ class TestAnnotateFencing(testtools.TestCase):
         conf = cfg.ConfigOpts()
         ha_conf.parse_args([], conf, default_config_files=[])
         conf.set_override('config_file', path, group='fencing')
+        conf.set_override('allow_noop', True, group='fencing')
         return conf
 
     def test_unfenceable_host_is_flagged(self):

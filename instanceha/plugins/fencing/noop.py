@@ -23,6 +23,13 @@ class NoopFencing(base.FencingDriver):
     description = ('Does nothing and claims success; proves nothing. Labs '
                    'only: evacuating an unfenced host can corrupt data.')
 
+    def validate(self) -> None:
+        super().validate()
+        if not self.conf.fencing.allow_noop:
+            self._fail('the noop driver proves nothing about the host\'s '
+                       'power state; it is refused unless [fencing] '
+                       'allow_noop = true (labs only)')
+
     def _warn(self, action: str) -> None:
         LOG.warning('host %s: noop fencing driver "%s" did nothing; nothing '
                     'was proven about this host\'s power state', self.host,
