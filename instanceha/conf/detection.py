@@ -24,16 +24,18 @@ OPTS = [
     cfg.StrOpt('combine', default='veto',
                choices=[
                    ('veto', 'Failed when at least one detector says failed '
-                            'and none says alive. A detector saying alive '
-                            'while another says failed makes the host '
-                            '"isolated" (a partition, R15): reported, never '
-                            'recovered. Detectors without an opinion '
-                            '(unknown) do not vote.'),
+                            'and none says alive. A disagreement is never '
+                            'recovered, only reported: "isolated" when Nova '
+                            'says failed and another detector alive (a '
+                            'partition, R15), "disputed" when Nova still '
+                            'sees the host alive and another detector says '
+                            'failed (judged again next poll). Detectors '
+                            'without an opinion (unknown) do not vote.'),
                    ('all', 'Failed only when every enabled detector says '
                            'failed: "dead" needs every witness. A detector '
                            'with no opinion on the host (unknown or '
                            'silent) leaves it unknown; a disagreement is '
-                           'isolated.'),
+                           'isolated or disputed as with veto.'),
                    ('any', 'Failed as soon as one detector says failed, '
                            'even against another saying alive. Fastest, '
                            'least safe; for detectors that only ever '

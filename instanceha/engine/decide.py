@@ -20,7 +20,8 @@ The order of questions for each host, first answer wins:
 2. Dropped by an out-of-scope filter (disabled by an operator, R3)?
    -> IGNORED, not monitored, not counted by the threshold.
 3. The detectors' combined verdict (``[detection] combine``): alive ->
-   HEALTHY, unknown -> UNKNOWN, isolated -> ISOLATED.
+   HEALTHY, unknown -> UNKNOWN, isolated -> ISOLATED, disputed ->
+   DISPUTED.
 4. Failed: the other host filters, then the instance filters (a host with
    instances none of which is eligible is IGNORED) -> a candidate.
 5. The gates, in order, on the candidates -> RECOVER or BLOCKED.
@@ -43,7 +44,15 @@ V = det_base.Verdict
 FAILED = 'failed'
 ALIVE = 'alive'
 ISOLATED = 'isolated'
+DISPUTED = 'disputed'
 UNKNOWN = 'unknown'
+
+#: Appended to the reasons of a disputed host, so the log says why nothing
+#: happens (Nova sees it up / no witness speaks for Nova).
+DISPUTED_REASON = ('disputed: Nova still sees the host up; no action yet, '
+                   'judged again next poll')
+DISPUTED_NO_NOVA_REASON = ('disputed: witnesses disagree and none speaks '
+                           'for Nova; no action yet, judged again next poll')
 
 #: Caller states of hosts started but not yet fenced: judged again like
 #: any failed host (a host back up, or a gate now refusing, ends the
@@ -65,10 +74,16 @@ def combine(evidence: list[det_base.Evidence], mode: str,
             detectors: int | None = None) -> tuple[str, tuple[str, ...]]:
     """Fold several detectors' evidence on one host into one verdict.
 
-    Returns (failed|alive|isolated|unknown, reasons). See the help of
-    ``[detection] combine`` for the modes. ``detectors`` is how many are
-    enabled: under ``all`` a detector saying nothing on the host is a
-    missing witness.
+    Returns (failed|alive|isolated|disputed|unknown, reasons). See the
+    help of ``[detection] combine`` for the modes. ``detectors`` is how
+    many are enabled: under ``all`` a detector saying nothing on the host
+    is a missing witness.
+
+    A disagreement (one says failed, another alive) has two directions:
+    Nova (the control plane) says failed while the host's own witness says
+    alive -> isolated, a partition (R15); Nova still sees the host alive
+    (or does not vote) while another witness says failed -> disputed.
+    Neither is acted on; both are judged again next poll.
     """
     detectors = len(evidence) if detectors is None else detectors
     reasons = tuple(e.reason for e in evidence)
@@ -78,7 +93,14 @@ def combine(evidence: list[det_base.Evidence], mode: str,
     if mode == 'any':
         verdict = FAILED if failed else ALIVE if alive else UNKNOWN
     elif failed and alive:
-        verdict = ISOLATED
+        if any(e.control_plane and e.verdict is V.FAILED for e in evidence):
+            verdict = ISOLATED
+        else:
+            verdict = DISPUTED
+            nova_up = any(e.control_plane and e.verdict is V.ALIVE
+                          for e in evidence)
+            reasons += (DISPUTED_REASON if nova_up
+                        else DISPUTED_NO_NOVA_REASON,)
     elif mode == 'all':
         if votes == {V.FAILED} and len(evidence) >= detectors:
             verdict = FAILED
@@ -207,8 +229,8 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
             continue
         monitored.add(host)
         if verdict != FAILED:
-            decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED}.get(
-                verdict, D.UNKNOWN)
+            decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED,
+                        DISPUTED: D.DISPUTED}.get(verdict, D.UNKNOWN)
             decided[host] = plan_mod.HostDecision(
                 host, decision, tuple(reasons), (), service,
                 verdict=verdict)

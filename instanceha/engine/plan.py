@@ -41,9 +41,15 @@ class Decision(str, enum.Enum):
     #: Already in a recovery workflow (a marker in Nova's disabled_reason
     #: or the caller's own state); ``recovery_state`` says where.
     RECOVERING = 'recovering'
-    #: The witnesses disagree (e.g. Nova says down, the host's own
-    #: heartbeat says alive): a partition, not a failure (R15). No action.
+    #: The witnesses disagree and Nova is the one saying failed (e.g. Nova
+    #: says down, the host's own heartbeat says alive): a partition, not a
+    #: failure (R15). No action.
     ISOLATED = 'isolated'
+    #: The witnesses disagree the other way: Nova still sees the host alive
+    #: (or does not vote) while another witness says failed (a kdump
+    #: message, a stopped heartbeat). No action yet; judged again every
+    #: poll (Nova usually follows within service_down_time).
+    DISPUTED = 'disputed'
     #: No witness could tell (e.g. a malformed heartbeat time stamp).
     #: Reported, never treated as a failure.
     UNKNOWN = 'unknown'
@@ -68,7 +74,8 @@ class HostDecision:
     #: For RECOVERING: the workflow state (from the marker or the caller).
     recovery_state: states.HostState | None = None
     #: What the detectors said, combined per ``[detection] combine``:
-    #: failed, alive, isolated or unknown (None if nobody looked).
+    #: failed, alive, isolated, disputed or unknown (None if nobody
+    #: looked).
     verdict: str | None = None
 
     def line(self) -> str:

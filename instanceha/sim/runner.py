@@ -343,9 +343,10 @@ class Simulation:
         """The engine's default planner, telling the log what it decided.
 
         The engine logs its plan at debug level only; the story needs the
-        decisions that lead to no action (ignored, blocked, isolated) as
-        much as those that do. A host is mentioned when its decision
-        changes (healthy hosts only when they stop or start being healthy).
+        decisions that lead to no action (ignored, blocked, isolated,
+        disputed) as much as those that do. A host is mentioned when its
+        decision changes (healthy hosts only when they stop or start being
+        healthy).
         """
         from instanceha.engine import decide
 

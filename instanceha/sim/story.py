@@ -174,6 +174,8 @@ class Story:
             'blocked': 'recovery of {host} is BLOCKED: {why}',
             'isolated': '{host} is isolated, not dead (its witnesses '
                         'disagree): no action. {why}',
+            'disputed': '{host} is disputed: a witness says failed but Nova '
+                        'still sees it alive; no action yet. {why}',
             'unknown': 'cannot tell whether {host} is alive: {why}',
             'recover': 'plan: recover {host}',
             'recovering': 'plan: {host} is being recovered',

@@ -322,6 +322,38 @@ class TestCombine(testtools.TestCase):
         p = self.plan('any', {'host1': det_base.Verdict.ALIVE})
         self.assertEqual(D.RECOVER, p.decision('host1').decision)
 
-    def test_nova_alive_other_failed_is_isolated_under_veto(self):
-        p = self.plan('veto', {'host2': det_base.Verdict.FAILED}, down=())
-        self.assertEqual(D.ISOLATED, p.decision('host2').decision)
+    def test_nova_alive_other_failed_is_disputed_not_isolated(self):
+        for mode in ('veto', 'all'):
+            p = self.plan(mode, {'host2': det_base.Verdict.FAILED}, down=())
+            d = p.decision('host2')
+            self.assertEqual((D.DISPUTED, 'disputed'),
+                             (d.decision, d.verdict), mode)
+            self.assertEqual(decide.DISPUTED_REASON, d.reasons[-1])
+            self.assertEqual([], p.to_recover())
+            self.assertEqual('disputed', d.as_dict()['decision'])
+
+    def test_nova_failed_other_alive_is_isolated_under_all(self):
+        p = self.plan('all', {'host1': det_base.Verdict.ALIVE})
+        self.assertEqual(D.ISOLATED, p.decision('host1').decision)
+
+    def test_combine_direction_needs_the_control_plane(self):
+        nova_down = det_base.Evidence('h', det_base.Verdict.FAILED,
+                                      'nova: down', control_plane=True)
+        nova_up = det_base.Evidence('h', det_base.Verdict.ALIVE, 'nova: up',
+                                    control_plane=True)
+        beat = det_base.Evidence('h', det_base.Verdict.ALIVE, 'hb: alive')
+        dump = det_base.Evidence('h', det_base.Verdict.FAILED, 'kdump')
+        for mode in ('veto', 'all'):
+            self.assertEqual(decide.ISOLATED,
+                             decide.combine([nova_down, beat], mode)[0])
+            self.assertEqual(decide.ISOLATED, decide.combine(
+                [nova_down, beat, dump], mode)[0])
+            self.assertEqual(decide.DISPUTED,
+                             decide.combine([nova_up, dump], mode)[0])
+            # No witness speaks for Nova: not a partition from it.
+            verdict, reasons = decide.combine([beat, dump], mode)
+            self.assertEqual((decide.DISPUTED,
+                              decide.DISPUTED_NO_NOVA_REASON),
+                             (verdict, reasons[-1]))
+        self.assertEqual(decide.FAILED,
+                         decide.combine([nova_up, dump], 'any')[0])

@@ -220,7 +220,9 @@ class MonitorTest(testtools.TestCase):
                     'nova: state down', 'gate threshold: 3 of 4 failed')),
                 plan_mod.HostDecision('h2', D.BLOCKED, (
                     'gate threshold: 3 of 4 failed',)),
-                plan_mod.HostDecision('h3', D.HEALTHY)),
+                plan_mod.HostDecision('h3', D.HEALTHY),
+                plan_mod.HostDecision('h4', D.DISPUTED),
+                plan_mod.HostDecision('h5', D.ISOLATED)),
             blocked_by=('threshold: 3 of 4 failed',
                         'hook-veto: maintenance window'))
         self.engine.tick()
@@ -230,6 +232,14 @@ class MonitorTest(testtools.TestCase):
                                          gate='hook-veto'))
         self.assertEqual(2.0, self.value('instanceha_plan_hosts',
                                          decision='blocked'))
+        # Both directions of a disagreement are told apart, and every
+        # decision is exported (0 when none).
+        self.assertEqual(1.0, self.value('instanceha_plan_hosts',
+                                         decision='disputed'))
+        self.assertEqual(1.0, self.value('instanceha_plan_hosts',
+                                         decision='isolated'))
+        self.assertEqual(0.0, self.value('instanceha_plan_hosts',
+                                         decision='unknown'))
         # The same plan seen again (no new cycle) is not counted twice.
         self.engine.tick()
         self.assertEqual(2.0, self.value('instanceha_gate_blocks_total',

@@ -34,6 +34,10 @@ class Evidence:
     verdict: Verdict
     #: Human-readable, names the detector's observation.
     reason: str
+    #: Said by the witness that speaks for Nova's control plane (the nova
+    #: detector). A disagreement is a partition (isolated) only when it is
+    #: the control plane that says failed; the reverse is disputed.
+    control_plane: bool = False
 
 
 class Detector(base.Driver):

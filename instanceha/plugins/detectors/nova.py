@@ -47,7 +47,8 @@ class NovaDetector(base.Detector):
     def _judge(svc: model.Service, now: datetime.datetime,
                delta: datetime.timedelta) -> base.Evidence:
         def ev(verdict, text):
-            return base.Evidence(svc.host, verdict, 'nova: ' + text)
+            return base.Evidence(svc.host, verdict, 'nova: ' + text,
+                                 control_plane=True)
 
         if svc.updated_at is not None:
             age = (now - svc.updated_at).total_seconds()
