@@ -15,8 +15,10 @@
 An ordinary driver in the ``instanceha.fencing`` namespace: the base
 class does the polling and the timing, the fencing topology does levels,
 retries and the chain timeout, exactly as with ipmi or redfish. Only the
-device is simulated. It acts on the world the simulator made active and
-fails clearly anywhere else.
+device is simulated. It acts on the world the simulator made active;
+anywhere else it is refused when the fencing file is validated (service
+start, ``config validate``, ``fencing validate``), so that a ``driver:
+sim`` entry in a real fencing file cannot pass for a fencing device.
 """
 
 from instanceha.plugins.fencing import base
@@ -50,7 +52,13 @@ class SimFencing(base.FencingDriver):
     def validate(self) -> None:
         super().validate()
         world = sim_world.current()
-        if world is not None and self.target not in world.devices:
+        if world is None:
+            # Registered like any driver (the simulator loads the
+            # production fencing file), but it fences nothing real.
+            self._fail('the sim fencing driver only works inside '
+                       'instanceha-simulate; no simulated world is active '
+                       '(use a real driver: ipmi, redfish, fence-agent)')
+        if self.target not in world.devices:
             self._fail('parameter \'target\': no simulated device %r; the '
                        'topology has: %s' % (self.target, ', '.join(
                            sorted(world.devices))))

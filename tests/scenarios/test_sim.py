@@ -218,11 +218,10 @@ class TestExecutor(testtools.TestCase):
 class TestSimFencing(testtools.TestCase):
     """The sim driver through the production fencing file loader."""
 
-    def _load(self, entry):
+    def _conf_and_file(self, entry):
         from oslo_config import cfg
 
         from instanceha import conf as ha_conf
-        from instanceha.plugins.fencing import config
 
         conf = cfg.ConfigOpts()
         ha_conf.register_opts(conf)
@@ -231,8 +230,36 @@ class TestSimFencing(testtools.TestCase):
                             'fencing.yaml')
         with open(path, 'w') as f:
             f.write('hosts:\n  h1: %s\n' % entry)
+        return conf, path
+
+    def _load(self, entry, world=True):
+        from instanceha.plugins.fencing import config
+
+        conf, path = self._conf_and_file(entry)
+        if not world:
+            return config.load(conf, path)
         with sim_world.active(small_world()):
             return config.load(conf, path)
+
+    def test_refused_at_start_up_outside_the_simulator(self):
+        # A real fencing file naming the sim driver must not pass for a
+        # fencing device: the service refuses it when it loads the file.
+        exc = self.assertRaises(exceptions.ConfigurationError, self._load,
+                                '{driver: sim}', world=False)
+        self.assertIn('only works inside instanceha-simulate', str(exc))
+        self.assertIn('h1', str(exc))
+
+    def test_fencing_validate_reports_it_invalid(self):
+        from instanceha.cmd import manage_fencing
+
+        conf, path = self._conf_and_file('{driver: sim}')
+        (host, ok, text), = manage_fencing.validate_file(conf, path)
+        self.assertEqual(('h1', False), (host, ok))
+        self.assertIn('only works inside instanceha-simulate', text)
+
+    def test_accepted_inside_the_simulator(self):
+        entry = self._load('{driver: sim}').hosts['h1']
+        self.assertEqual('sim', entry.levels[0][0].name)
 
     def test_unknown_target_names_it(self):
         exc = self.assertRaises(exceptions.ConfigurationError, self._load,
