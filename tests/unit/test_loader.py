@@ -10,6 +10,10 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import os
+import sys
+
+import fixtures
 from oslo_config import cfg
 import testtools
 
@@ -48,3 +52,34 @@ class TestLoader(testtools.TestCase):
                               '[reservation] strategy', cfg.ConfigOpts())
         self.assertEqual('none', drivers[0].name)
         self.assertIsInstance(drivers[0], base.Driver)
+
+
+class TestBrokenDriver(testtools.TestCase):
+    """A registered driver whose module fails to import names itself."""
+
+    def setUp(self):
+        super().setUp()
+        tmp = self.useFixture(fixtures.TempDir()).path
+        info = os.path.join(tmp, 'broken_ha_driver-1.0.dist-info')
+        os.mkdir(info)
+        with open(os.path.join(info, 'METADATA'), 'w') as f:
+            f.write('Metadata-Version: 2.1\nName: broken-ha-driver\n'
+                    'Version: 1.0\n')
+        with open(os.path.join(info, 'entry_points.txt'), 'w') as f:
+            f.write('[instanceha.gates]\n'
+                    'broken = instanceha_no_such_module:Gate\n')
+        self.useFixture(fixtures.MonkeyPatch('sys.path', [tmp] + sys.path))
+
+    def test_import_error_names_driver_and_cause(self):
+        exc = self.assertRaises(
+            exceptions.DriverLoadError, loader.driver_class,
+            'instanceha.gates', 'broken', '[gates] enabled')
+        msg = str(exc)
+        self.assertIn('[gates] enabled', msg)
+        self.assertIn("'broken'", msg)
+        self.assertIn('instanceha_no_such_module', msg)
+        self.assertIn('ModuleNotFoundError', msg)
+
+    def test_listing_shows_broken_driver(self):
+        rows = dict(loader.describe('instanceha.gates'))
+        self.assertIn('BROKEN', rows['broken'])
