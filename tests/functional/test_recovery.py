@@ -326,8 +326,10 @@ class TestRecovery(RecoveryTestBase):
         self.assertEqual('enabled', svc.status)
 
     def test_smart_failing_rebuild_retried_then_failed(self):
+        # A short back-off (1 s, then 2 s) keeps the test quick.
         cloud = self.cloud(options={'evacuation.strategy': 'smart',
                                     'evacuation.retries': 2,
+                                    'evacuation.retry_interval': 1,
                                     'evacuation.same_target_retries': 0})
         vm, = cloud.boot('host1', 1)
         for host in ('host2', 'host3'):
