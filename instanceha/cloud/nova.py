@@ -447,21 +447,75 @@ class NovaCloud(ports.CloudPort):
 
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,
-                   since: datetime.datetime | None = None
+                   since: datetime.datetime | None = None,
+                   migration_type: str = 'evacuation'
                    ) -> list[model.Migration]:
-        params: dict = {'migration_type': 'evacuation'}
+        """Migration records, newest first (evacuations unless asked).
+
+        ``migration_type`` is Nova's filter: evacuation, live-migration,
+        migration (cold) or resize.
+        """
+        params: dict = {'migration_type': migration_type}
         if server_id:
             params['instance_uuid'] = server_id
         if source_host:
             params['source_compute'] = source_host
         if since is not None:
             params['changes-since'] = _iso(since)
-        raw = self._pages('list evacuation records', '/os-migrations',
-                          'migrations', 'migrations_links', params)
+        raw = self._pages('list %s records' % migration_type,
+                          '/os-migrations', 'migrations',
+                          'migrations_links', params)
         result = [_migration(m) for m in raw]
         epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
         result.sort(key=lambda m: m.created_at or epoch, reverse=True)
         return result
+
+    def live_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        """Start a live migration; returns Nova's request id.
+
+        ``host`` None lets Nova's scheduler pick the destination; a named
+        host is still checked by the scheduler (never forced). Block
+        migration is ``auto``: Nova chooses by the server's storage.
+        """
+        what = 'live-migrate server %s%s' % (
+            server_id, ' to %s' % host if host else '')
+        resp = self._call(what, 'POST', '/servers/%s/action' % server_id,
+                          json={'os-migrateLive': {
+                              'host': host, 'block_migration': 'auto'}})
+        return _request_id(resp)
+
+    def cold_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        """Start a cold migration; returns Nova's request id.
+
+        The server ends in VERIFY_RESIZE: :meth:`confirm_resize` it.
+        """
+        what = 'cold-migrate server %s%s' % (
+            server_id, ' to %s' % host if host else '')
+        body = {'migrate': {'host': host} if host else None}
+        resp = self._call(what, 'POST', '/servers/%s/action' % server_id,
+                          json=body)
+        return _request_id(resp)
+
+    def confirm_resize(self, server_id: str) -> None:
+        self._action('confirm migration of server %s' % server_id,
+                     server_id, {'confirmResize': None})
+
+    def set_server_metadata(self, server_id: str, key: str,
+                            value: str) -> None:
+        """Set one metadata item (others are left alone)."""
+        self._call('set metadata %s on server %s' % (key, server_id),
+                   'PUT', '/servers/%s/metadata/%s' % (
+                       server_id, parse.quote(key, safe='')),
+                   json={'meta': {key: value}})
+
+    def delete_server_metadata(self, server_id: str, key: str) -> None:
+        """Remove one metadata item; an absent item is not an error."""
+        self._call('delete metadata %s of server %s' % (key, server_id),
+                   'DELETE', '/servers/%s/metadata/%s' % (
+                       server_id, parse.quote(key, safe='')),
+                   ok=(200, 204, 404))
 
     def set_server_lock(self, server_id: str, locked: bool,
                         reason: str | None = None) -> None:

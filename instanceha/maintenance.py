@@ -1,0 +1,376 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Planned maintenance of a compute host (R18): a path apart from failure.
+
+A failure is detected; maintenance is announced. ``maintenance start``
+disables the host's nova-compute with a reason of our own (not a
+recovery marker), so the running service treats it like any host an
+operator disabled: the ``enabled`` filter leaves it out of scope, and if
+the host then goes down nothing is fenced or evacuated. Its instances
+leave by *live* migration (Nova's scheduler picks each destination);
+each one's home is recorded in its metadata (:data:`HOME_KEY`) so
+``maintenance end --return`` can bring it back.
+
+The reason reads ``instanceha-maintenance <UTC time> [note]``. It never
+matches :func:`instanceha.engine.states.parse_marker` (that needs
+``instanceha:<state>``), which is what keeps the engine from "resuming"
+it as a recovery.
+"""
+
+from collections.abc import Callable
+import concurrent.futures
+import dataclasses
+import datetime
+import re
+import threading
+import time
+
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha import exceptions
+
+#: Start of the disabled_reason of a host in maintenance.
+REASON_PREFIX = 'instanceha-maintenance'
+#: Server metadata key holding the host a server left for maintenance.
+HOME_KEY = 'instanceha:home'
+#: Nova's limit on disabled_reason.
+_REASON_MAX = 255
+_TS = '%Y-%m-%dT%H:%M:%SZ'
+_REASON_RE = re.compile(
+    r'^%s (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)(?: (?P<note>.*))?$'
+    % re.escape(REASON_PREFIX), re.DOTALL)
+
+#: Server states Nova live-migrates.
+LIVE_STATES = frozenset({'ACTIVE', 'PAUSED'})
+#: What to do with SHUTOFF servers: leave them, or cold-migrate them.
+SHUTOFF_CHOICES = ('leave', 'cold')
+#: Live-migration record states that are over and failed.
+_MIGRATION_FAILED = frozenset({'error', 'failed', 'cancelled'})
+
+
+def make_reason(when: datetime.datetime, note: str = '') -> str:
+    """disabled_reason text for a host in maintenance (<= 255 chars)."""
+    text = '%s %s' % (REASON_PREFIX, when.astimezone(
+        datetime.timezone.utc).strftime(_TS))
+    if note:
+        text = '%s %s' % (text, ' '.join(note.split()))
+    return text[:_REASON_MAX]
+
+
+def parse_reason(reason: str | None
+                 ) -> tuple[datetime.datetime, str] | None:
+    """(since, note) if ``reason`` is a maintenance reason, else None."""
+    if not reason:
+        return None
+    m = _REASON_RE.match(reason.strip())
+    if not m:
+        return None
+    when = datetime.datetime.strptime(m.group('ts'), _TS).replace(
+        tzinfo=datetime.timezone.utc)
+    return when, m.group('note') or ''
+
+
+def in_maintenance(service: model.Service | None) -> bool:
+    return bool(service is not None and service.disabled
+                and parse_reason(service.disabled_reason))
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What happened to one server: moved, failed, left or running."""
+
+    server: model.Server
+    result: str
+    detail: str = ''
+
+    def line(self) -> str:
+        text = '%s (%s): %s' % (self.server.name, self.server.id,
+                                self.result)
+        return '%s: %s' % (text, self.detail) if self.detail else text
+
+
+class Maintenance:
+    """The operator's maintenance commands on one cloud.
+
+    ``out`` receives one progress line per event (the CLI prints it);
+    ``poll`` is how often a waited migration is looked at.
+    """
+
+    def __init__(self, cloud, out: Callable[[str], None] = print,
+                 poll: float = 1.0):
+        self.cloud = cloud
+        self._out = out
+        self._out_lock = threading.Lock()
+        self.poll = poll
+
+    def say(self, text: str) -> None:
+        with self._out_lock:
+            self._out(text)
+
+    def _service(self, snapshot: model.Snapshot,
+                 host: str) -> model.Service:
+        service = snapshot.service(host)
+        if service is None:
+            raise exceptions.InstanceHAError(
+                'no nova-compute service on host %r (known: %s)' % (
+                    host, ', '.join(sorted(s.host for s in
+                                           snapshot.services)) or 'none'))
+        return service
+
+    # -- start ------------------------------------------------------------
+
+    def check_startable(self, service: model.Service) -> None:
+        """Refuse a host instanceha recovers, a down or foreign-disabled one."""
+        host = service.host
+        marker = states.parse_marker(service.disabled_reason)
+        if service.disabled and marker:
+            raise exceptions.InstanceHAError(
+                'host %s is being recovered by instanceha (marker %s since '
+                '%s): maintenance is for a healthy host; let the recovery '
+                'finish (see "instanceha-manage hosts list")' % (
+                    host, marker[0].value, marker[1].strftime(_TS)))
+        if service.forced_down or service.state != model.UP:
+            raise exceptions.InstanceHAError(
+                'host %s is down (Nova state %s%s): its instances cannot be '
+                'live-migrated; a down host needs the failure path '
+                '(fencing and evacuation), not maintenance' % (
+                    host, service.state or 'unknown',
+                    ', forced down' if service.forced_down else ''))
+        if service.disabled and not in_maintenance(service):
+            raise exceptions.InstanceHAError(
+                'host %s is already disabled by an operator (reason: %s); '
+                'enable it first if it should go into maintenance' % (
+                    host, service.disabled_reason or 'none given'))
+
+    def start(self, host: str, now: datetime.datetime, *, note: str = '',
+              wait: bool = False, timeout: float = 600,
+              concurrency: int = 2, shutoff: str = 'leave'
+              ) -> list[Outcome]:
+        """Disable ``host`` for maintenance and move its instances away."""
+        if shutoff not in SHUTOFF_CHOICES:
+            raise ValueError('shutoff must be one of %s' % (SHUTOFF_CHOICES,))
+        snapshot = self.cloud.snapshot()
+        service = self._service(snapshot, host)
+        self.check_startable(service)
+        if in_maintenance(service):
+            self.say('host %s: already in maintenance (%s); moving what is '
+                     'left' % (host, service.disabled_reason))
+        else:
+            self.cloud.update_service(
+                service, status=model.DISABLED,
+                disabled_reason=make_reason(now, note))
+            self.say('host %s: disabled for maintenance' % host)
+        servers = sorted(snapshot.servers_on(host), key=lambda s: s.name)
+        todo, outcomes = [], []
+        for server in servers:
+            if server.status in LIVE_STATES and not server.task_state:
+                todo.append((server, 'live'))
+            elif server.status == 'SHUTOFF' and not server.task_state:
+                if shutoff == 'cold':
+                    todo.append((server, 'cold'))
+                else:
+                    outcomes.append(Outcome(
+                        server, 'left', 'SHUTOFF, left on the host '
+                        '(--shutoff cold moves it)'))
+            else:
+                outcomes.append(Outcome(
+                    server, 'left', 'status %s%s cannot be live-migrated; '
+                    'move or stop it by hand' % (
+                        server.status, ', task %s' % server.task_state
+                        if server.task_state else '')))
+        for o in outcomes:
+            self.say(o.line())
+        self.say('host %s: %d instance(s) to move, %d left' % (
+            host, len(todo), len(outcomes)))
+        outcomes += self._run(todo, None, wait, timeout, concurrency)
+        return outcomes
+
+    # -- moving -----------------------------------------------------------
+
+    def _run(self, todo, dest: str | None, wait: bool, timeout: float,
+             concurrency: int) -> list[Outcome]:
+        """Move (server, how) items; at most ``concurrency`` followed."""
+        total = len(todo)
+        counter = iter(range(1, total + 1))
+        lock = threading.Lock()
+
+        def one(item):
+            with lock:
+                n = next(counter)
+            return self._move(item[0], item[1], item[0].host, dest, wait,
+                              timeout, '[%d/%d]' % (n, total))
+
+        if not todo:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(1, concurrency) if wait else 4) as pool:
+            return list(pool.map(one, todo))
+
+    def _move(self, server: model.Server, how: str, source: str,
+              dest: str | None, wait: bool, timeout: float,
+              tag: str) -> Outcome:
+        kind = 'live migration' if how == 'live' else 'cold migration'
+        where = ' to %s' % dest if dest else ''
+        try:
+            if dest is None:
+                self.cloud.set_server_metadata(server.id, HOME_KEY, source)
+            if how == 'live':
+                rid = self.cloud.live_migrate(server.id, dest)
+            else:
+                rid = self.cloud.cold_migrate(server.id, dest)
+        except exceptions.CloudError as exc:
+            out = Outcome(server, 'failed', 'Nova refused the %s%s, it is '
+                          'still on %s: %s' % (kind, where, source, exc))
+            self.say('%s %s' % (tag, out.line()))
+            return out
+        self.say('%s %s (%s): %s%s started (request id %s)' % (
+            tag, server.name, server.id, kind, where, rid or 'unknown'))
+        if not wait:
+            return Outcome(server, 'running', '%s%s started' % (kind, where))
+        out = self._follow(server, how, source, dest, timeout,
+                           time.monotonic())
+        self.say('%s %s' % (tag, out.line()))
+        return out
+
+    def _follow(self, server: model.Server, how: str, source: str,
+                dest: str | None, timeout: float,
+                started: float) -> Outcome:
+        """Poll the server until it left ``source`` (or failed)."""
+        while True:
+            try:
+                now = self.cloud.get_server(server.id)
+            except exceptions.CloudError as exc:
+                return Outcome(server, 'unknown', 'lost track of it while '
+                               'migrating: %s' % exc)
+            elapsed = time.monotonic() - started
+            if how == 'cold' and now.status == 'VERIFY_RESIZE':
+                try:
+                    self.cloud.confirm_resize(server.id)
+                except exceptions.CloudError as exc:
+                    return Outcome(server, 'failed', 'moved to %s but '
+                                   'confirming failed (it waits in '
+                                   'VERIFY_RESIZE): %s' % (now.host, exc))
+                continue
+            if not now.task_state and now.status != 'VERIFY_RESIZE':
+                if now.status == 'ERROR':
+                    return Outcome(server, 'failed', 'in ERROR on %s after '
+                                   'the migration%s' % (
+                                       now.host, self._why(server.id, how)))
+                if now.host != source and (dest is None or
+                                           now.host == dest):
+                    return Outcome(server, 'moved', '%s -> %s, %s (%.1f s)'
+                                   % (source, now.host, now.status, elapsed))
+                if elapsed > self.poll:  # rolled back, or never started
+                    return Outcome(server, 'failed', 'still on %s, %s%s' % (
+                        now.host, now.status, self._why(server.id, how)))
+            if elapsed > timeout:
+                return Outcome(server, 'running', 'still migrating after '
+                               '%d s (task %s, on %s); Nova carries on: '
+                               'check "instanceha-manage maintenance '
+                               'status"' % (timeout, now.task_state,
+                                            now.host))
+            time.sleep(self.poll)
+
+    def _why(self, server_id: str, how: str) -> str:
+        """The newest migration record's status, for a failure message."""
+        kind = 'live-migration' if how == 'live' else 'migration'
+        try:
+            records = self.cloud.migrations(server_id=server_id,
+                                            migration_type=kind)
+        except exceptions.CloudError as exc:
+            return ' (migration records unreadable: %s)' % exc
+        if not records:
+            return ' (Nova recorded no %s)' % kind
+        rec = records[0]
+        return ' (%s %s: status %s, %s -> %s; see nova-compute logs)' % (
+            kind, rec.id, rec.status, rec.source_host, rec.dest_host or '?')
+
+    # -- status and end ---------------------------------------------------
+
+    def status(self, host: str) -> dict:
+        """The host's maintenance state, what is left and where homes are."""
+        snapshot = self.cloud.snapshot()
+        service = self._service(snapshot, host)
+        parsed = parse_reason(service.disabled_reason)
+        active = [m for m in self.cloud.migrations(
+            source_host=host, migration_type='live-migration')
+            if m.status not in _MIGRATION_FAILED | {'completed', 'done'}]
+        return {
+            'host': host,
+            'maintenance': in_maintenance(service),
+            'since': parsed[0].strftime(_TS) if parsed else None,
+            'note': parsed[1] if parsed else '',
+            'status': service.status, 'state': service.state,
+            'disabled_reason': service.disabled_reason,
+            'on_host': [{'id': s.id, 'name': s.name, 'status': s.status,
+                         'task_state': s.task_state}
+                        for s in sorted(snapshot.servers_on(host),
+                                        key=lambda s: s.name)],
+            'away': [{'id': s.id, 'name': s.name, 'host': s.host,
+                      'status': s.status}
+                     for s in sorted(snapshot.servers, key=lambda s: s.name)
+                     if s.metadata.get(HOME_KEY) == host and s.host != host],
+            'migrating': [{'id': m.id, 'server': m.server_id,
+                           'status': m.status, 'dest': m.dest_host}
+                          for m in active],
+        }
+
+    def end(self, host: str, *, back: bool = False, wait: bool = False,
+            timeout: float = 600, concurrency: int = 2) -> list[Outcome]:
+        """Enable ``host`` again; with ``back``, bring its instances home."""
+        snapshot = self.cloud.snapshot()
+        service = self._service(snapshot, host)
+        if not in_maintenance(service):
+            raise exceptions.InstanceHAError(
+                'host %s is not in maintenance (status %s, disabled_reason '
+                '%r); nothing to end' % (host, service.status,
+                                         service.disabled_reason))
+        if back and (service.forced_down or service.state != model.UP):
+            raise exceptions.InstanceHAError(
+                'host %s is down (Nova state %s): its instances cannot be '
+                'live-migrated back; start its nova-compute first, or end '
+                'maintenance without --return' % (host, service.state))
+        self.cloud.update_service(service, status=model.ENABLED)
+        self.say('host %s: enabled, maintenance over' % host)
+        homed = sorted((s for s in snapshot.servers
+                        if s.metadata.get(HOME_KEY) == host),
+                       key=lambda s: s.name)
+        outcomes, todo = [], []
+        for server in homed:
+            if not back or server.host == host:
+                self._forget(server, outcomes)
+            elif server.status in LIVE_STATES and not server.task_state:
+                todo.append((server, 'live'))
+            else:
+                out = Outcome(server, 'left', 'status %s on %s: not moved '
+                              'back; its %s record is kept' % (
+                                  server.status, server.host, HOME_KEY))
+                self.say(out.line())
+                outcomes.append(out)
+        if not back:
+            return outcomes
+        self.say('host %s: %d instance(s) to bring back' % (host, len(todo)))
+        returned = []
+        for item, out in zip(todo, self._run(todo, host, wait, timeout,
+                                             concurrency)):
+            if out.result == 'moved':
+                self._forget(item[0], returned)
+            returned.append(out)
+        return outcomes + returned
+
+    def _forget(self, server: model.Server, outcomes: list) -> None:
+        try:
+            self.cloud.delete_server_metadata(server.id, HOME_KEY)
+        except exceptions.CloudError as exc:
+            outcomes.append(Outcome(server, 'failed', 'could not remove %s: '
+                                    '%s' % (HOME_KEY, exc)))

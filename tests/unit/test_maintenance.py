@@ -1,0 +1,103 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The maintenance reason: written, parsed, and never a recovery marker."""
+
+import datetime
+
+import testtools
+
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha import exceptions
+from instanceha import maintenance
+from instanceha.plugins.filters import enabled
+
+NOW = datetime.datetime(2026, 11, 29, 22, 5, 7,
+                        tzinfo=datetime.timezone.utc)
+
+
+def service(status='disabled', state='up', reason=None, forced=False):
+    return model.Service(id='1', host='h1', state=state, status=status,
+                         forced_down=forced, disabled_reason=reason)
+
+
+class TestReason(testtools.TestCase):
+
+    def test_round_trip(self):
+        text = maintenance.make_reason(NOW, 'kernel  upgrade\nCHG-1')
+        self.assertEqual('instanceha-maintenance 2026-11-29T22:05:07Z '
+                         'kernel upgrade CHG-1', text)
+        self.assertEqual((NOW, 'kernel upgrade CHG-1'),
+                         maintenance.parse_reason(text))
+        self.assertEqual((NOW, ''), maintenance.parse_reason(
+            maintenance.make_reason(NOW)))
+
+    def test_local_time_stored_as_utc(self):
+        cet = datetime.timezone(datetime.timedelta(hours=1))
+        text = maintenance.make_reason(NOW.astimezone(cet))
+        self.assertEqual((NOW, ''), maintenance.parse_reason(text))
+
+    def test_fits_novas_limit(self):
+        self.assertEqual(255, len(maintenance.make_reason(NOW, 'x' * 400)))
+
+    def test_not_ours(self):
+        for text in (None, '', 'kernel upgrade',
+                     'instanceha-maintenance', 'instanceha-maintenance now',
+                     'instanceha:fenced 2026-11-29T22:05:07Z',
+                     'xinstanceha-maintenance 2026-11-29T22:05:07Z'):
+            self.assertIsNone(maintenance.parse_reason(text), text)
+
+    def test_never_a_recovery_marker(self):
+        # The engine resumes anything parse_marker accepts; maintenance
+        # must stay an operator's reason the enabled filter ignores.
+        text = maintenance.make_reason(NOW, 'instanceha:fenced')
+        self.assertIsNone(states.parse_marker(text))
+        reason = enabled.EnabledFilter(None).host_reason(
+            'h1', model.Snapshot(taken_at=NOW, services=(
+                service(reason=text),)))
+        self.assertIn('disabled by an operator', reason)
+
+    def test_in_maintenance_needs_disabled(self):
+        text = maintenance.make_reason(NOW)
+        self.assertTrue(maintenance.in_maintenance(service(reason=text)))
+        self.assertFalse(maintenance.in_maintenance(
+            service(status='enabled', reason=text)))
+        self.assertFalse(maintenance.in_maintenance(None))
+
+
+class TestStartable(testtools.TestCase):
+
+    def check(self, svc):
+        return maintenance.Maintenance(None).check_startable(svc)
+
+    def test_healthy_and_resumed_ok(self):
+        self.check(service(status='enabled'))
+        self.check(service(reason=maintenance.make_reason(NOW)))
+
+    def test_refusals_say_why(self):
+        cases = [
+            (service(reason=states.make_marker(states.HostState.EVACUATING,
+                                               NOW)),
+             'being recovered by instanceha (marker evacuating'),
+            (service(status='enabled', state='down'),
+             'is down (Nova state down)'),
+            (service(status='enabled', forced=True),
+             'forced down'),
+            (service(reason='disk swap'),
+             'already disabled by an operator (reason: disk swap)'),
+        ]
+        for svc, text in cases:
+            e = self.assertRaises(exceptions.InstanceHAError, self.check,
+                                  svc)
+            self.assertIn(text, str(e))
+            self.assertIn('h1', str(e))
