@@ -238,13 +238,13 @@ class Maintenance:
         if not wait:
             return Outcome(server, 'running', '%s%s started' % (kind, where))
         out = self._follow(server, how, source, dest, timeout,
-                           time.monotonic())
+                           time.monotonic(), rid)
         self.say('%s %s' % (tag, out.line()))
         return out
 
     def _follow(self, server: model.Server, how: str, source: str,
-                dest: str | None, timeout: float,
-                started: float) -> Outcome:
+                dest: str | None, timeout: float, started: float,
+                rid: str | None = None) -> Outcome:
         """Poll the server until it left ``source`` (or failed)."""
         while True:
             try:
@@ -257,6 +257,11 @@ class Maintenance:
                 try:
                     self.cloud.confirm_resize(server.id)
                 except exceptions.CloudError as exc:
+                    # Nova shows VERIFY_RESIZE a moment before the
+                    # migration record is "finished" and refuses (400).
+                    if exc.status == 400 and elapsed <= timeout:
+                        time.sleep(self.poll)
+                        continue
                     return Outcome(server, 'failed', 'moved to %s but '
                                    'confirming failed (it waits in '
                                    'VERIFY_RESIZE): %s' % (now.host, exc))
@@ -265,14 +270,16 @@ class Maintenance:
                 if now.status == 'ERROR':
                     return Outcome(server, 'failed', 'in ERROR on %s after '
                                    'the migration%s' % (
-                                       now.host, self._why(server.id, how)))
+                                       now.host, self._why(server.id, how,
+                                                           rid)))
                 if now.host != source and (dest is None or
                                            now.host == dest):
                     return Outcome(server, 'moved', '%s -> %s, %s (%.1f s)'
                                    % (source, now.host, now.status, elapsed))
                 if elapsed > self.poll:  # rolled back, or never started
                     return Outcome(server, 'failed', 'still on %s, %s%s' % (
-                        now.host, now.status, self._why(server.id, how)))
+                        now.host, now.status, self._why(server.id, how,
+                                                        rid)))
             if elapsed > timeout:
                 return Outcome(server, 'running', 'still migrating after '
                                '%d s (task %s, on %s); Nova carries on: '
@@ -281,19 +288,33 @@ class Maintenance:
                                             now.host))
             time.sleep(self.poll)
 
-    def _why(self, server_id: str, how: str) -> str:
-        """The newest migration record's status, for a failure message."""
+    def _why(self, server_id: str, how: str,
+             rid: str | None = None) -> str:
+        """Nova's error and the newest migration record, for a message."""
         kind = 'live-migration' if how == 'live' else 'migration'
+        bits = []
+        action = 'live-migration' if how == 'live' else 'migrate'
+        try:
+            arid, errors = self.cloud.action_errors(server_id, action, rid)
+            bits.append('Nova: %s (request id %s)' % (
+                '; '.join(errors) or 'no error event recorded',
+                arid or rid or 'unknown'))
+        except exceptions.CloudError as exc:
+            bits.append('instance actions unreadable: %s' % exc)
         try:
             records = self.cloud.migrations(server_id=server_id,
                                             migration_type=kind)
         except exceptions.CloudError as exc:
-            return ' (migration records unreadable: %s)' % exc
-        if not records:
-            return ' (Nova recorded no %s)' % kind
-        rec = records[0]
-        return ' (%s %s: status %s, %s -> %s; see nova-compute logs)' % (
-            kind, rec.id, rec.status, rec.source_host, rec.dest_host or '?')
+            records = None
+            bits.append('migration records unreadable: %s' % exc)
+        if records:
+            rec = records[0]
+            bits.append('%s %s: status %s, %s -> %s' % (
+                kind, rec.id, rec.status, rec.source_host,
+                rec.dest_host or '?'))
+        elif records is not None:
+            bits.append('Nova recorded no %s' % kind)
+        return ' (%s)' % '; '.join(bits)
 
     # -- status and end ---------------------------------------------------
 

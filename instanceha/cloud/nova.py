@@ -502,6 +502,34 @@ class NovaCloud(ports.CloudPort):
         self._action('confirm migration of server %s' % server_id,
                      server_id, {'confirmResize': None})
 
+    def action_errors(self, server_id: str, action: str,
+                      request_id: str | None = None
+                      ) -> tuple[str | None, list[str]]:
+        """Nova's error details of an instance action (2.84+ events).
+
+        An asynchronous failure (no valid host, a compute refusing) is
+        only visible here: the request itself was accepted with 202. The
+        action with ``request_id`` is used when Nova lists it, else the
+        newest ``action`` (e.g. live-migration). Returns (its request id,
+        "event: details" of each failed event).
+        """
+        body = self._json('list actions of server %s' % server_id, 'GET',
+                          '/servers/%s/os-instance-actions' % server_id)
+        actions = body.get('instanceActions') or []
+        chosen = [a for a in actions if a.get('request_id') == request_id]
+        chosen = chosen or [a for a in actions if a.get('action') == action]
+        if not chosen:
+            return None, []
+        rid = max(chosen, key=lambda a: a.get('start_time') or '')[
+            'request_id']
+        body = self._json('get action %s of server %s' % (rid, server_id),
+                          'GET', '/servers/%s/os-instance-actions/%s' % (
+                              server_id, rid))
+        events = (body.get('instanceAction') or {}).get('events') or ()
+        return rid, ['%s: %s' % (e.get('event'), (
+            e.get('details') or e.get('result') or '').strip())
+            for e in events if (e.get('result') or '').lower() == 'error']
+
     def set_server_metadata(self, server_id: str, key: str,
                             value: str) -> None:
         """Set one metadata item (others are left alone)."""

@@ -164,3 +164,39 @@ class TestMaintenance(testtools.TestCase):
         self.assertFalse(row['maintenance'])
         self.assertEqual(['off-0', 'web-0', 'web-1'],
                          [s['name'] for s in row['on_host']])
+
+    def test_failed_migration_names_server_and_novas_error(self):
+        # Nowhere to go: the others are disabled, the scheduler finds no
+        # host after nova accepted the request (202).
+        snap = self.cloud.snapshot()
+        for host in ('host2', 'host3'):
+            self.cloud.update_service(snap.service(host),
+                                      status=model.DISABLED,
+                                      disabled_reason='spare')
+        out = self.maint.start('host1', NOW, wait=True, timeout=60,
+                               concurrency=1)
+        failed = {o.server.name: o.detail for o in out
+                  if o.result == 'failed'}
+        self.assertEqual({'web-0', 'web-1'}, set(failed),
+                         '\n'.join(self.lines))
+        detail = failed['web-0']
+        self.assertIn('still on host1, ACTIVE', detail)
+        self.assertIn('No valid host', detail)
+        self.assertIn('request id req-', detail)
+        self.assertIn('status error', detail)
+        self.assertIn('web-0 (%s): failed' % self.moving[0].id,
+                      '\n'.join(self.lines))
+        where, _snap = self.hosts_of()
+        self.assertEqual('host1', where['web-0'])
+
+    def test_shutoff_cold_migrated_on_request(self):
+        out = self.maint.start('host1', NOW, wait=True, timeout=60,
+                               shutoff='cold')
+        self.assertEqual({'web-0': 'moved', 'web-1': 'moved',
+                          'off-0': 'moved'},
+                         {o.server.name: o.result for o in out},
+                         '\n'.join(self.lines))
+        server = self.cloud.get_server(self.off.id)
+        self.assertEqual('SHUTOFF', server.status)
+        self.assertNotEqual('host1', server.host)
+        self.assertEqual([], self.maint.status('host1')['on_host'])
