@@ -50,7 +50,15 @@ def _summary(outcomes: list[maintenance.Outcome]) -> int:
 
 def _start(conf: cfg.ConfigOpts) -> int:
     from instanceha import clock
+    from instanceha.conf import filters
     c = conf.command
+    if 'enabled' not in filters.names(conf):
+        # Without it the service would treat a host in maintenance that
+        # goes down as failed: fence it and evacuate its instances.
+        print('WARNING: [filters] enabled does not list "enabled": the '
+              'running service does not leave hosts in maintenance alone '
+              '(a host going down during maintenance would be fenced and '
+              'evacuated)', file=sys.stderr, flush=True)
     return _summary(_maint(conf).start(
         c.host, clock.SystemClock().now(), note=c.reason or '',
         wait=c.wait, timeout=c.timeout, concurrency=c.concurrency,

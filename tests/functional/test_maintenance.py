@@ -200,3 +200,28 @@ class TestMaintenance(testtools.TestCase):
         self.assertEqual('SHUTOFF', server.status)
         self.assertNotEqual('host1', server.host)
         self.assertEqual([], self.maint.status('host1')['on_host'])
+
+    def cli(self, *args):
+        path = helpers.write_conf(self, helpers.conf_text(self.peer))
+        env = dict(os.environ, no_proxy='127.0.0.1', NO_PROXY='127.0.0.1')
+        return subprocess.run(
+            [sys.executable, '-m', 'instanceha.cmd.manage', 'maintenance']
+            + list(args) + ['--config-file', path],
+            capture_output=True, text=True, timeout=120, env=env)
+
+    def test_cli_start_status_end(self):
+        proc = self.cli('start', 'host1', '--wait', '--reason', 'CHG-7')
+        self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
+        self.assertIn('summary: 1 left, 2 moved', proc.stdout)
+        self.assertIn('off-0 (%s): left: SHUTOFF' % self.off.id,
+                      proc.stdout)
+        proc = self.cli('status', 'host1')
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        self.assertRegex(proc.stdout, r'host host1: in maintenance since '
+                         r'\S+Z \(CHG-7\)')
+        self.assertIn('instances away from home: 2', proc.stdout)
+        proc = self.cli('end', 'host1', '--return', '--wait')
+        self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
+        self.assertIn('summary: 2 moved', proc.stdout)
+        where, _snap = self.hosts_of()
+        self.assertEqual({'host1'}, {where['web-0'], where['web-1']})
