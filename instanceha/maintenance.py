@@ -296,7 +296,7 @@ class Maintenance:
         action = 'live-migration' if how == 'live' else 'migrate'
         try:
             arid, errors = self.cloud.action_errors(server_id, action, rid)
-            bits.append('Nova: %s (request id %s)' % (
+            bits.append('Nova: %s (instance action request id %s)' % (
                 '; '.join(errors) or 'no error event recorded',
                 arid or rid or 'unknown'))
         except exceptions.CloudError as exc:

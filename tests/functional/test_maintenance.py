@@ -182,7 +182,8 @@ class TestMaintenance(testtools.TestCase):
         detail = failed['web-0']
         self.assertIn('still on host1, ACTIVE', detail)
         self.assertIn('No valid host', detail)
-        self.assertIn('request id req-', detail)
+        self.assertIn('instance action request id req-', detail)
+        self.assertIn('conductor_live_migrate_instance: No valid host', detail)
         self.assertIn('status error', detail)
         self.assertIn('web-0 (%s): failed' % self.moving[0].id,
                       '\n'.join(self.lines))
