@@ -22,6 +22,7 @@ from instanceha import exceptions
 from instanceha import maintenance
 from instanceha.plugins.filters import enabled
 
+SNAP_AT = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 NOW = datetime.datetime(2026, 11, 29, 22, 5, 7,
                         tzinfo=datetime.timezone.utc)
 
@@ -101,3 +102,67 @@ class TestStartable(testtools.TestCase):
                                   svc)
             self.assertIn(text, str(e))
             self.assertIn('h1', str(e))
+
+
+class StuckCloud:
+    """A Nova whose migrations never end, or that refuses them.
+
+    Stand-in only for what the real nova of the functional tests cannot
+    show: its fake driver live-migrates at once and accepts every
+    request Nova's API validates.
+    """
+
+    def __init__(self, refuse=False):
+        self.refuse = refuse
+        self.meta = {}
+        self.svc = service(status='enabled')
+        self.vm = model.Server(id='u1', name='vm1', host='h1',
+                               status='ACTIVE', flavor=model.Flavor('f'))
+
+    def snapshot(self):
+        return model.Snapshot(taken_at=SNAP_AT, services=(self.svc,),
+                              servers=(self.vm,))
+
+    def update_service(self, svc, **changes):
+        self.svc = service(status=changes['status'],
+                           reason=changes.get('disabled_reason'))
+        return self.svc
+
+    def set_server_metadata(self, server_id, key, value):
+        self.meta[key] = value
+
+    def live_migrate(self, server_id, host=None):
+        if self.refuse:
+            raise exceptions.CloudError(
+                'live-migrate server u1: HTTP 409 from Nova: locked',
+                request_id='req-1', status=409)
+        return 'req-2'
+
+    def get_server(self, server_id):
+        return model.Server(id='u1', name='vm1', host='h1', status='ACTIVE',
+                            flavor=model.Flavor('f'), task_state='migrating')
+
+
+class TestNotHalfDone(testtools.TestCase):
+
+    def start(self, cloud):
+        lines = []
+        m = maintenance.Maintenance(cloud, out=lines.append, poll=0.01)
+        return m.start('h1', NOW, wait=True, timeout=0.05), lines
+
+    def test_timeout_says_still_migrating(self):
+        out, lines = self.start(StuckCloud())
+        self.assertEqual('running', out[0].result)
+        self.assertIn('vm1 (u1): running: still migrating after 0 s (task '
+                      'migrating, on h1); Nova carries on', lines[-1])
+        self.assertIn('request id req-2', '\n'.join(lines))
+
+    def test_refused_names_instance_error_and_request_id(self):
+        cloud = StuckCloud(refuse=True)
+        out, lines = self.start(cloud)
+        self.assertEqual('failed', out[0].result)
+        self.assertIn('vm1 (u1): failed: Nova refused the live migration, '
+                      'it is still on h1: live-migrate server u1: HTTP 409 '
+                      'from Nova: locked (request id req-1)', lines[-1])
+        self.assertTrue(maintenance.in_maintenance(cloud.svc))
+        self.assertEqual({maintenance.HOME_KEY: 'h1'}, cloud.meta)
