@@ -38,6 +38,11 @@ Names (``host`` is set on all but the cycle-level ones):
 ``evacuate_refused``      ``server``, ``attempt``, ``reason``: the API
                           call failed; ``retry_in`` (s) when it will be
                           retried
+``evacuate_unanswered``  ``server``, ``attempt``, ``retry_in``,
+                          ``reason``: Nova failed the call (5xx, timeout,
+                          unreachable) and may have carried it out; Nova
+                          is asked before the instance is evacuated again
+                          (not counted as an attempt)
 ``evacuate_done``         ``server``, ``dest``, ``status``
 ``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``;
                           ``retry_in`` (s) when it will be retried
@@ -58,7 +63,9 @@ Names (``host`` is set on all but the cycle-level ones):
                           ``check`` (what to look at)
 ``not_leader``            once when this copy loses leadership
 ``leader``                once when it (re)gains it
-``snapshot_failed``       ``reason``: Nova could not be read this cycle
+``snapshot_failed``       ``reason``: Nova could not be read this cycle;
+                          ``held``: hosts not fenced until a cycle reads
+                          Nova again (their plan may be stale)
 ``step_error``            ``state``, ``reason``: an unexpected error in a
                           step; the step is retried on a later tick
 ``shutdown``              ``in_flight``: hosts with a running step
@@ -78,6 +85,7 @@ SPARE_CLAIMED = 'spare_claimed'
 SPARE_RELEASED = 'spare_released'
 EVACUATE_REQUESTED = 'evacuate_requested'
 EVACUATE_REFUSED = 'evacuate_refused'
+EVACUATE_UNANSWERED = 'evacuate_unanswered'
 EVACUATE_SKIPPED = 'evacuate_skipped'
 EVACUATE_DONE = 'evacuate_done'
 EVACUATE_FAILED = 'evacuate_failed'
@@ -97,6 +105,7 @@ SHUTDOWN = 'shutdown'
 
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
+                      EVACUATE_UNANSWERED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
                       NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR,
                       RECOVERY_HELD, UP_OVERDUE})

@@ -80,6 +80,10 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
                        S.POWERING_ON, S.WAITING_UP, S.ENABLING,
                        S.LEFT_DISABLED, S.FAILED})
 
+#: States whose next step fences a host: taken only on a plan made from
+#: the latest cycle's snapshot, never while Nova cannot be read.
+NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
+
 #: Seconds before a step that raised unexpectedly is tried again.
 STEP_RETRY = 5.0
 
@@ -163,6 +167,8 @@ class Engine:
         self._aftercare: dict[str, HostWorkflow] = {}
         self._next_poll: float | None = None
         self._leader: bool | None = None
+        #: The latest cycle read Nova (its plan is current).
+        self._fresh = False
         self._stopping = False
         self.snapshot: model.Snapshot | None = None
         self.plan = None
@@ -358,8 +364,16 @@ class Engine:
         try:
             snapshot = self._take_snapshot()
         except exceptions.InstanceHAError as exc:
-            self._emit(events.SNAPSHOT_FAILED, reason=str(exc))
+            # The plan that chose the hosts waiting to be fenced may be
+            # stale now (a mass failure may be under way): they wait for a
+            # cycle that reads Nova again (see _advance).
+            self._fresh = False
+            held = tuple(h for h in sorted(self._workflows)
+                         if self._workflows[h].state in NEEDS_FRESH_PLAN)
+            details = {'held': held} if held else {}
+            self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
             return
+        self._fresh = True
         self.snapshot = snapshot
         now = self.env.clock.now()
         if not self.conf.disabled:
@@ -394,6 +408,16 @@ class Engine:
                                      % (why or decision.decision.value))
                     continue
                 wf.servers = tuple(to_recover[host].servers)
+            if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
+                    and wf.future is None
+                    and snapshot.service(host) is None):
+                # Its compute service was deleted: no marker left to keep
+                # and nothing to enable. Should it come back with our
+                # marker, the marker is adopted again.
+                self._transition(wf, S.HEALTHY, reason=(
+                    'its nova-compute service is no longer listed by Nova '
+                    '(deleted); nothing left to recover'))
+                continue
             if wf.state is S.FENCE_FAILED:
                 self._emit(events.FENCE_PENDING, host, attempts=wf.attempts,
                            retry_in=int(max(0, wf.retry_at -
@@ -553,6 +577,8 @@ class Engine:
             wf = self._workflows.get(host)
             if wf is None or wf.future is not None or now < wf.retry_at:
                 continue
+            if wf.state in NEEDS_FRESH_PLAN and not self._fresh:
+                continue  # judged on data Nova could not refresh
             if wf.state is S.SUSPECT:
                 if busy >= self.conf.workers:
                     continue

@@ -459,6 +459,9 @@ class Simulation:
             self.election.backend_up = a[0] == 'up'
             host = None
             details['state'] = a[0]
+        elif name == 'nova':
+            need(1)
+            host, details = self._nova(where, a)
         elif name == 'set':
             need(2)
             group, _, opt = a[0].rpartition('.')
@@ -474,6 +477,42 @@ class Simulation:
             self.end = cmd.t
             return
         self.log.record('timeline', name, host, **details)
+
+    def _nova(self, where: str, a: tuple) -> tuple[str | None, dict]:
+        """Apply a ``nova`` timeline command (Nova API faults)."""
+        w, what = self.world, a[0]
+        if what == 'fail':
+            if len(a) < 2 or a[1] not in sim_world.NOVA_CALLS:
+                raise sim_world.ScenarioError(
+                    '%s: "nova fail" needs a call, one of %s'
+                    % (where, ', '.join(sim_world.NOVA_CALLS)))
+            count = int(a[2]) if len(a) > 2 else 1
+            error = a[3] if len(a) > 3 else '500'
+            skip = int(a[5]) if len(a) > 5 and a[4] == 'after' else 0
+            if (error not in sim_world.NOVA_ERRORS or count < 1
+                    or len(a) not in (2, 3, 4, 6) or skip < 0):
+                raise sim_world.ScenarioError(
+                    '%s: expected "nova fail CALL [N>=1] [ERROR] [after M]"'
+                    ' with ERROR one of %s' % (
+                        where, ', '.join(sim_world.NOVA_ERRORS)))
+            w.nova_faults.append(sim_world.NovaFault(a[1], count, error,
+                                                     skip))
+            details = {'fail': a[1], 'times': count, 'error': error}
+            if skip:
+                details['after'] = skip
+            return None, details
+        if what in ('down', 'up'):
+            w.nova_down = what == 'down'
+            return None, {'api': what}
+        if what == 'delay-migrations' and len(a) > 1:
+            w.migration_delay = float(a[1])
+            return None, {'migration_delay': w.migration_delay}
+        if what == 'delete-service' and len(a) > 1:
+            w.host(a[1])
+            w.deleted_services.add(a[1])
+            return a[1], {'deleted': 'service'}
+        raise sim_world.ScenarioError(
+            '%s: expected %s' % (where, sim_scenario.COMMANDS['nova'][0]))
 
     # --- the loop ----------------------------------------------------------
 

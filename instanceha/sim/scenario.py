@@ -66,6 +66,17 @@ COMMANDS = {
     'service': ('crash|restart|stop|start [COPY]',
                 'crash, restart, stop or start a copy of instanceha'),
     'coordination': ('down|up', 'the coordination backend fails/returns'),
+    'nova': ('fail CALL [N] [ERROR] [after M] | down | up | '
+             'delay-migrations SECONDS | delete-service HOST',
+             'Nova API faults: the next N (default 1) calls of CALL (%s) '
+             'fail with ERROR (%s; default 500; timeout: Nova carries the '
+             'call out, the answer is lost), after letting M through; '
+             'down/up: the API is '
+             'unreachable/back; delay-migrations: evacuation records '
+             'requested from now on are listed only SECONDS later; '
+             'delete-service: the host\'s compute service record is '
+             'deleted' % (', '.join(sim_world.NOVA_CALLS),
+                          ', '.join(sim_world.NOVA_ERRORS))),
     'set': ('[GROUP.]OPTION VALUE', 'change an option of every copy (the '
             'copies are restarted to read it, like a config reload)'),
     'end': ('', 'stop the simulation here'),

@@ -131,6 +131,8 @@ class Story:
         d = dict(ev.details)
         d.setdefault('host', ev.host)
         e = ev.event
+        if ev.source == 'timeline' and e == 'nova':
+            return '*** ' + self._nova_command(d)
         if ev.source == 'timeline':
             return '*** ' + _COMMANDS.get(e, e).format(**d)
         if ev.source == 'sim' and e == 'start':
@@ -195,7 +197,30 @@ class Story:
         if ev.event == 'power_synced':
             return '  Nova: %s on %s is %s (its guest did not survive)' % (
                 d['server'], ev.host, d['status'])
+        if ev.event == 'service_recreated':
+            return ('  Nova: nova-compute on %s registers a new service '
+                    'record (enabled)' % ev.host)
+        if ev.event == 'api_fault':
+            return '  Nova API: %s call fails (%s)' % (d['call'], d['error'])
+        if ev.event == 'api_unreachable':
+            return '  Nova API: %s call cannot connect' % d['call']
         return '  Nova: %s %s' % (ev.event, d)
+
+    @staticmethod
+    def _nova_command(d) -> str:
+        if 'fail' in d:
+            later = (' after {} more succeed'.format(d['after'])
+                     if d.get('after') else '')
+            return ('the next {times} Nova {fail} call(s){later} will fail '
+                    '({error})'.format(later=later, **d))
+        if 'api' in d:
+            return ('Nova\'s API becomes unreachable' if d['api'] == 'down'
+                    else 'Nova\'s API is reachable again')
+        if 'migration_delay' in d:
+            return ('Nova lists new evacuation records only {:g} s after '
+                    'the call'.format(d['migration_delay']))
+        return ('the compute service record of {host} is deleted from '
+                'Nova'.format(**d))
 
     def _engine(self, ev, d) -> str | None:
         e, host = ev.event, ev.host
@@ -229,6 +254,8 @@ class Story:
                 d['server'])
             where = ('on %s' % d['target'] if d.get('target') else
                      "Nova's scheduler picks the host")
+            if d.get('confirmed'):
+                where += '; %s' % d['confirmed']
             return '  evacuating %s (attempt %s, %s)' % (
                 d['server'], d.get('attempt'), where)
         if e in ('evacuate_done', 'server_locked', 'server_unlocked',
@@ -242,6 +269,11 @@ class Story:
         if e == 'evacuate_failed':
             return '  %s failed on %s (attempt %s): %s' % (
                 d['server'], d.get('dest'), d.get('attempt'), d.get('reason'))
+        if e == 'evacuate_unanswered':
+            return ('  Nova failed the call to evacuate %s (%s); '
+                    'checking on Nova whether it was carried out before '
+                    'trying again'
+                    % (d['server'], d.get('reason')))
         if e == 'evacuate_refused':
             return '  Nova refused to evacuate %s: %s' % (d['server'],
                                                           d.get('reason'))
@@ -276,7 +308,11 @@ class Story:
             return ('%s has not come back up after %s s; check: %s'
                     % (host, d.get('waited'), d.get('check')))
         if e == 'snapshot_failed':
-            return 'cannot read Nova this cycle: %s' % d.get('reason')
+            text = 'cannot read Nova this cycle: %s' % d.get('reason')
+            if d.get('held'):
+                text += ('; not fencing %s until Nova can be read again'
+                         % ', '.join(d['held']))
+            return text
         if e == 'step_error':
             return '%s: a step failed in state %s (retried): %s' % (
                 host, d.get('state'), d.get('reason'))

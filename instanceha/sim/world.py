@@ -63,6 +63,24 @@ BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
 #: Nova servers list page size (``[api] max_limit``).
 PAGE = 1000
 
+#: Kinds of Nova API call a scenario can make fail (``nova fail``).
+NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
+              'get_server', 'lock', 'stop', 'reset_state', 'any')
+#: How an injected Nova fault looks: an HTTP error the call did not get
+#: past, or a timeout after Nova carried the call out (the answer is lost).
+NOVA_ERRORS = ('500', '503', 'timeout')
+
+
+@dataclasses.dataclass
+class NovaFault:
+    """The next ``count`` calls of ``kind`` fail with ``error``."""
+
+    kind: str
+    count: int
+    error: str = '500'
+    #: Matching calls let through before the first failure.
+    skip: int = 0
+
 
 class DeviceFault(Exception):
     """A simulated device failed; ``kind`` says how."""
@@ -177,6 +195,8 @@ class Migration:
     #: The source host's failure episode the evacuation belongs to.
     episode: int = 0
     requested_dest: str | None = None
+    #: Listed by the API from this time on (``nova delay-migrations``).
+    visible_at: float = float('-inf')
 
 
 @dataclasses.dataclass
@@ -230,6 +250,15 @@ class World:
         self._free_heap: list[tuple[int, str]] = []
         self._server_cache: dict[str, model.Server] = {}
         self.verbose_nova = True
+        #: Injected Nova API faults, oldest first.
+        self.nova_faults: list[NovaFault] = []
+        #: Nova's API cannot be reached at all (``nova down``).
+        self.nova_down = False
+        #: Evacuation records appear in listings this long after the
+        #: call (``nova delay-migrations``).
+        self.migration_delay = 0.0
+        #: Hosts whose compute service record was deleted from Nova.
+        self.deleted_services: set[str] = set()
 
     # --- scheduling world events -------------------------------------
 
@@ -346,6 +375,12 @@ class World:
         h.os_running = True
         h.compute_running = True
         h.episode += 1
+        if h.name in self.deleted_services:
+            # A starting nova-compute registers a new service record.
+            self.deleted_services.discard(h.name)
+            h.status, h.disabled_reason, h.forced_down = (
+                model.ENABLED, None, False)
+            self.say('nova', 'service_recreated', h.name)
         # nova-compute's init_host: evacuated guests are destroyed, and
         # the power-state sync stops the ones whose guest did not survive.
         for mig in self.migrations:
@@ -635,7 +670,8 @@ class World:
         mig = Migration(id=str(next(self._mig_ids)), server_id=srv.id,
                         source_host=source.name, dest_host=None,
                         status='accepted', created_at=now, updated_at=now,
-                        episode=source.episode, requested_dest=host)
+                        episode=source.episode, requested_dest=host,
+                        visible_at=now + self.migration_delay)
         self.migrations.append(mig)
         srv.task_state = 'rebuilding'
         self._changed(srv)
@@ -732,7 +768,7 @@ class World:
     def api_update_service(self, host: str, status, disabled_reason,
                            forced_down) -> model.Service:
         h = self.hosts.get(host)
-        if h is None:
+        if h is None or host in self.deleted_services:
             raise exceptions.CloudError(
                 'compute service of %s not found (HTTP 404)' % host,
                 status=404)
@@ -756,14 +792,55 @@ class SimCloud(ports.CloudPort):
     def __init__(self, world: World):
         self.world = world
         self.api_calls = 0
+        self._fault_ids = itertools.count(1)
 
     def _call(self, n: int = 1) -> None:
         self.api_calls += n
+
+    def _faults(self, kind: str, what: str,
+                action: Callable[[], object] | None = None):
+        """Fail the call if a fault was injected; else run ``action``.
+
+        A ``timeout`` lets Nova carry the call out and loses the answer:
+        the caller cannot tell whether it happened.
+        """
+        w = self.world
+        if w.nova_down:
+            w.say('nova', 'api_unreachable', None, call=kind)
+            raise exceptions.CloudError(
+                '%s: cannot connect (nova at http://nova.sim:8774): '
+                'ConnectFailure' % what)
+        for fault in w.nova_faults:
+            if fault.kind in (kind, 'any'):
+                if fault.skip > 0:
+                    fault.skip -= 1
+                    break
+                fault.count -= 1
+                if fault.count <= 0:
+                    w.nova_faults.remove(fault)
+                w.say('nova', 'api_fault', None, call=kind,
+                      error=fault.error)
+                if fault.error == 'timeout':
+                    if action is not None:
+                        action()
+                    raise exceptions.CloudError(
+                        '%s: connection failed (nova at '
+                        'http://nova.sim:8774): ReadTimeout: read timed '
+                        'out' % what)
+                code = int(fault.error)
+                raise exceptions.CloudError(
+                    '%s: HTTP %d from Nova: %s' % (
+                        what, code, 'Unexpected API Error.' if code == 500
+                        else 'Service Unavailable'),
+                    request_id='req-sim-fault-%d' % next(self._fault_ids),
+                    status=code)
+        return action() if action is not None else None
 
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None
                  ) -> model.Snapshot:
         w = self.world
+        self._faults('snapshot', 'list compute services')
         servers = tuple(w.server_model(s) for s in w.servers.values()
                         if s.host is not None)
         self._call(2 + max(1, math.ceil(len(w.servers) / PAGE)))
@@ -778,7 +855,8 @@ class SimCloud(ports.CloudPort):
             migs = tuple(self._migrations(since=migrations_since))
         return model.Snapshot(
             taken_at=w.clock.now(),
-            services=tuple(w.service_model(h) for h in w.hosts.values()),
+            services=tuple(w.service_model(h) for h in w.hosts.values()
+                           if h.name not in w.deleted_services),
             servers=servers, aggregates=tuple(w.aggregates.values()),
             images=imgs, migrations=migs)
 
@@ -787,12 +865,15 @@ class SimCloud(ports.CloudPort):
                        disabled_reason: str | None = None,
                        forced_down: bool | None = None) -> model.Service:
         self._call()
-        return self.world.api_update_service(service.host, status,
-                                             disabled_reason, forced_down)
+        return self._faults(
+            'update_service', 'update compute service of %s' % service.host,
+            lambda: self.world.api_update_service(
+                service.host, status, disabled_reason, forced_down))
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
         self._call()
-        self.world.api_evacuate(server_id, host)
+        self._faults('evacuate', 'evacuate %s' % server_id,
+                     lambda: self.world.api_evacuate(server_id, host))
 
     def _server(self, server_id: str) -> Server:
         srv = self.world.servers.get(server_id)
@@ -803,6 +884,7 @@ class SimCloud(ports.CloudPort):
 
     def get_server(self, server_id: str) -> model.Server:
         self._call()
+        self._faults('get_server', 'show server %s' % server_id)
         return self.world.server_model(self._server(server_id))
 
     def _migrations(self, server_id=None, source_host=None, since=None):
@@ -815,6 +897,8 @@ class SimCloud(ports.CloudPort):
                 continue
             if since and w.clock.at(mig.updated_at) < since:
                 continue
+            if mig.visible_at > w.clock.t:
+                continue
             out.append(w.migration_model(mig))
         return out
 
@@ -823,18 +907,24 @@ class SimCloud(ports.CloudPort):
                    since: datetime.datetime | None = None
                    ) -> list[model.Migration]:
         self._call()
+        self._faults('migrations', 'list migrations')
         return self._migrations(server_id, source_host, since)
 
     def set_server_lock(self, server_id: str, locked: bool,
                         reason: str | None = None) -> None:
         self._call()
         srv = self._server(server_id)
-        self.world.check_actor('lock' if locked else 'unlock', srv.host)
-        srv.locked = locked
-        self.world._changed(srv)
+
+        def lock():
+            self.world.check_actor('lock' if locked else 'unlock', srv.host)
+            srv.locked = locked
+            self.world._changed(srv)
+        self._faults('lock', '%s server %s' % (
+            'lock' if locked else 'unlock', server_id), lock)
 
     def stop_server(self, server_id: str) -> None:
         self._call()
+        self._faults('stop', 'stop server %s' % server_id)
         srv = self._server(server_id)
         w = self.world
         w.check_actor('stop', srv.host)
@@ -848,6 +938,7 @@ class SimCloud(ports.CloudPort):
 
     def reset_server_state(self, server_id: str, state: str) -> None:
         self._call()
+        self._faults('reset_state', 'reset-state %s' % server_id)
         srv = self._server(server_id)
         self.world.check_actor('reset-state', srv.host)
         if state not in ('error', 'active'):

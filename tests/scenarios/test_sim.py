@@ -69,6 +69,47 @@ class TestSimCloud(testtools.TestCase):
         self.assertIn('still in use', str(exc))
         self.assertEqual([], w.violations)
 
+    def test_injected_nova_faults(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        svc = w.service_model(w.hosts['h2'])
+        w.nova_faults.append(sim_world.NovaFault('update_service', 2, '503'))
+        for _ in range(2):
+            exc = self.assertRaises(exceptions.CloudError,
+                                    cloud.update_service, svc,
+                                    status='disabled')
+            self.assertEqual(503, exc.status)
+        self.assertEqual('enabled', w.hosts['h2'].status)
+        cloud.update_service(svc, status='disabled')
+        self.assertEqual('disabled', w.hosts['h2'].status)
+        w.nova_down = True
+        exc = self.assertRaises(exceptions.CloudError, cloud.snapshot)
+        self.assertIsNone(exc.status)
+        self.assertIn('cannot connect', str(exc))
+
+    def test_timeout_carries_the_call_out(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        w.set_power('h1', False)
+        w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
+        w.nova_faults.append(sim_world.NovaFault('evacuate', 1, 'timeout'))
+        w.migration_delay = 10
+        self.assertRaises(exceptions.CloudError, cloud.evacuate, 'vm1')
+        self.assertEqual('rebuilding', w.servers['vm1'].task_state)
+        self.assertEqual([], cloud.migrations(server_id='vm1'))
+        advance(w, 10)
+        self.assertEqual(1, len(cloud.migrations(server_id='vm1')))
+
+    def test_deleted_service_is_not_listed(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        w.deleted_services.add('h2')
+        self.assertIsNone(cloud.snapshot().service('h2'))
+        exc = self.assertRaises(
+            exceptions.CloudError, cloud.update_service,
+            w.service_model(w.hosts['h2']), status='enabled')
+        self.assertEqual(404, exc.status)
+
     def test_heartbeat_staleness_and_down(self):
         w = small_world()
         w.set_power('h1', False)

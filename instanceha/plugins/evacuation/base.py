@@ -53,6 +53,16 @@ MIGRATION_DONE = frozenset({'done', 'completed'})
 LOCK_REASON = 'instanceha: evacuating from %s'
 
 
+def nova_failed(exc: exceptions.CloudError) -> bool:
+    """True when Nova did not answer a call (5xx, timeout, unreachable).
+
+    Such a call may or may not have been carried out; a 4xx is a refusal:
+    Nova looked at the request and did not do it.
+    """
+    status = getattr(exc, 'status', None)
+    return status is None or status >= 500
+
+
 class TaskState(str, enum.Enum):
     PENDING = 'pending'
     IN_FLIGHT = 'in_flight'
@@ -98,6 +108,13 @@ class InstanceTask:
     verify_lock: bool = False
     #: Locked by someone else before we started: left exactly as it is.
     foreign_lock: bool = False
+    #: The last evacuate call got no answer (Nova failed: 5xx, timeout,
+    #: unreachable): Nova may have carried it out. Checked on Nova before
+    #: the instance is evacuated again.
+    unanswered: bool = False
+    #: Evacuate calls Nova failed to answer (not counted as attempts:
+    #: Nova's fault is not the instance's; only spaces the calls out).
+    nova_errors: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,6 +367,9 @@ class EvacuationJob:
         try:
             env.cloud.evacuate(task.server_id, host=task.target)
         except exceptions.CloudError as exc:
+            if nova_failed(exc):
+                self._unanswered(env, task, exc)
+                return
             # A refusal naming a target may be the target's fault (R17:
             # after same_target_retries, try elsewhere).
             self._failed_attempt(env, task, task.target,
@@ -363,6 +383,70 @@ class EvacuationJob:
         self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
                    target=task.target, attempt=task.attempts)
 
+    def _unanswered(self, env, task: InstanceTask,
+                    exc: exceptions.CloudError) -> None:
+        """Nova did not answer an evacuate call: it may have done it.
+
+        Not an attempt of the instance (Nova's fault is not its fault, and
+        must never mark its host FAILED); before calling again, the next
+        step asks Nova whether the call was carried out
+        (:meth:`_reconcile`), so that an instance is never evacuated twice
+        and never from a host it has already left.
+        """
+        task.attempts -= 1
+        task.nova_errors += 1
+        task.unanswered = True
+        delay = self.strategy.retry_delay(task.nova_errors)
+        task.not_before = env.clock.monotonic() + delay if delay else None
+        self._emit(env, events.EVACUATE_UNANSWERED, server=task.server_id,
+                   attempt=task.attempts + 1, retry_in=delay,
+                   reason=str(exc))
+
+    def _reconcile(self, env, task: InstanceTask, records) -> None:
+        """Did Nova carry out the evacuate call it did not answer?
+
+        A migration record we do not know yet, or the instance being
+        rebuilt or gone from the host, says it did: the instance is then
+        watched like any accepted evacuation. Otherwise it is still on the
+        failed host, idle, and the call is made again.
+        """
+        new = [r for r in records.get(task.server_id, [])
+               if r.id not in task.known]
+        server = None
+        if not new:
+            try:
+                server = env.cloud.get_server(task.server_id)
+            except exceptions.CloudError as exc:
+                if getattr(exc, 'status', None) != 404:
+                    raise
+                task.unanswered = False
+                task.state = TaskState.DONE
+                task.reason = 'deleted'
+                return
+            if not server.task_state and server.host == self.host:
+                task.unanswered = False  # not carried out: call again
+                return
+        task.unanswered = False
+        task.attempts += 1
+        task.accepted = True
+        task.not_before = None
+        if server is not None and not server.task_state:
+            # Gone from the host and settled, with no record of ours
+            # listed (yet): it runs elsewhere.
+            task.state = TaskState.DONE
+            task.dest = server.host
+            self._emit(env, events.EVACUATE_DONE, server=task.server_id,
+                       dest=server.host,
+                       status=task.original_status or server.status)
+            self._unlock(env, task)
+            return
+        task.state = TaskState.IN_FLIGHT
+        task.current = None
+        task.started = env.clock.monotonic()
+        self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
+                   target=task.target, attempt=task.attempts,
+                   confirmed='Nova carried out the unanswered call')
+
     def step(self, ctx: StepContext) -> Progress:
         """Check running evacuations, then start up to ``ctx.budget``."""
         env = ctx.env
@@ -370,13 +454,20 @@ class EvacuationJob:
         if not self._classified:
             records = self._records(env)
             self._classify(env, records)
+        for task in self._sorted():
+            # An unlock that failed after the task ended is retried.
+            if task.state in (TaskState.DONE, TaskState.FAILED):
+                self._unlock(env, task)
         watching = [t for t in self._sorted()
                     if t.state is TaskState.IN_FLIGHT]
-        if watching:
+        unanswered = [t for t in self._sorted() if t.unanswered]
+        if watching or unanswered:
             if records is None:
                 records = self._records(env)
             for task in watching:
                 self._check(env, task, records, ctx.snapshot)
+            for task in unanswered:
+                self._reconcile(env, task, records)
         self._stop_if_given_up(env)
         budget = ctx.budget
         now = env.clock.monotonic()
