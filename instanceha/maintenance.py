@@ -182,6 +182,12 @@ class Maintenance:
                     outcomes.append(Outcome(
                         server, 'left', 'SHUTOFF, left on the host '
                         '(--shutoff cold moves it)'))
+            elif server.task_state in ('migrating', 'resize_migrating',
+                                       'resize_prep'):
+                outcomes.append(Outcome(
+                    server, 'running', 'a migration is already under way '
+                    '(task %s); see "instanceha-manage maintenance status"'
+                    % server.task_state))
             else:
                 outcomes.append(Outcome(
                     server, 'left', 'status %s%s cannot be live-migrated; '
@@ -190,7 +196,7 @@ class Maintenance:
                         if server.task_state else '')))
         for o in outcomes:
             self.say(o.line())
-        self.say('host %s: %d instance(s) to move, %d left' % (
+        self.say('host %s: %d instance(s) to move, %d not' % (
             host, len(todo), len(outcomes)))
         outcomes += self._run(todo, None, wait, timeout, concurrency)
         return outcomes
