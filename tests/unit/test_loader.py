@@ -11,6 +11,7 @@
 # under the License.
 
 import os
+import subprocess
 import sys
 
 import fixtures
@@ -55,12 +56,17 @@ class TestLoader(testtools.TestCase):
 
 
 class TestBrokenDriver(testtools.TestCase):
-    """A registered driver whose module fails to import names itself."""
+    """A registered driver whose module fails to import names itself.
+
+    Runs the real command in a fresh process with an extra distribution on
+    its path: entry points are cached per process, so patching sys.path
+    here would test the cache, not the loader.
+    """
 
     def setUp(self):
         super().setUp()
-        tmp = self.useFixture(fixtures.TempDir()).path
-        info = os.path.join(tmp, 'broken_ha_driver-1.0.dist-info')
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        info = os.path.join(self.tmp, 'broken_ha_driver-1.0.dist-info')
         os.mkdir(info)
         with open(os.path.join(info, 'METADATA'), 'w') as f:
             f.write('Metadata-Version: 2.1\nName: broken-ha-driver\n'
@@ -68,18 +74,30 @@ class TestBrokenDriver(testtools.TestCase):
         with open(os.path.join(info, 'entry_points.txt'), 'w') as f:
             f.write('[instanceha.gates]\n'
                     'broken = instanceha_no_such_module:Gate\n')
-        self.useFixture(fixtures.MonkeyPatch('sys.path', [tmp] + sys.path))
+
+    def manage(self, *args, conf_text=''):
+        conf = os.path.join(self.tmp, 'test.conf')
+        with open(conf, 'w') as f:
+            f.write(conf_text)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [self.tmp] + sys.path))
+        return subprocess.run(
+            [sys.executable, '-m', 'instanceha.cmd.manage', '--config-file',
+             conf, *args], capture_output=True, text=True, timeout=60,
+            env=env)
 
     def test_import_error_names_driver_and_cause(self):
-        exc = self.assertRaises(
-            exceptions.DriverLoadError, loader.driver_class,
-            'instanceha.gates', 'broken', '[gates] enabled')
-        msg = str(exc)
-        self.assertIn('[gates] enabled', msg)
-        self.assertIn("'broken'", msg)
-        self.assertIn('instanceha_no_such_module', msg)
-        self.assertIn('ModuleNotFoundError', msg)
+        res = self.manage('config', 'validate',
+                          conf_text='[gates]\nenabled = broken\n')
+        self.assertEqual(2, res.returncode, res.stdout)
+        self.assertIn('[gates] enabled', res.stderr)
+        self.assertIn("'broken'", res.stderr)
+        self.assertIn('instanceha_no_such_module', res.stderr)
+        self.assertIn('ModuleNotFoundError', res.stderr)
 
     def test_listing_shows_broken_driver(self):
-        rows = dict(loader.describe('instanceha.gates'))
-        self.assertIn('BROKEN', rows['broken'])
+        res = self.manage('drivers', 'list')
+        self.assertEqual(0, res.returncode, res.stderr)
+        line, = [ln for ln in res.stdout.splitlines()
+                 if ln.split()[:1] == ['broken']]
+        self.assertIn('BROKEN', line)
