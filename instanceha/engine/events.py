@@ -66,8 +66,10 @@ Names (``host`` is set on all but the cycle-level ones):
 ``snapshot_failed``       ``reason``: Nova could not be read this cycle;
                           ``held``: hosts not fenced until a cycle reads
                           Nova again (their plan may be stale)
-``step_error``            ``state``, ``reason``: an unexpected error in a
-                          step; the step is retried on a later tick
+``step_error``            ``state``, ``reason``, ``retry_in``: an error in
+                          a step; the step is retried after ``retry_in``
+                          seconds (5, doubled while it keeps failing, at
+                          most ``poll``)
 ``shutdown``              ``in_flight``: hosts with a running step
 ========================  =================================================
 """

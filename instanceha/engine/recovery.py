@@ -84,7 +84,8 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 #: the latest cycle's snapshot, never while Nova cannot be read.
 NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
 
-#: Seconds before a step that raised unexpectedly is tried again.
+#: Seconds before a step that raised is tried again (doubled while it
+#: keeps failing, up to ``poll``).
 STEP_RETRY = 5.0
 
 #: What to look at when a host stays in waiting_up (``up_timeout``).
@@ -144,6 +145,8 @@ class HostWorkflow:
     #: Only a heartbeat newer than this proves the host came back (the
     #: power-on, or for a kdump host the end of its dump).
     up_after: datetime.datetime | None = None
+    #: Steps in a row that raised (their retry backs off).
+    step_errors: int = 0
 
 
 class Engine:
@@ -294,13 +297,21 @@ class Engine:
             wf.budget = 0
             exc = fut.exception()
             if exc is not None:
+                # Back off while it keeps failing (Nova down for an hour
+                # is one warning a poll, not one every 5 s), never beyond
+                # a poll.
+                wf.step_errors += 1
+                wait = min(STEP_RETRY * 2 ** (wf.step_errors - 1),
+                           max(STEP_RETRY, float(self.conf.poll)))
                 self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
-                           reason='%s: %s' % (type(exc).__name__, exc))
+                           reason='%s: %s' % (type(exc).__name__, exc),
+                           retry_in=int(wait))
                 if not isinstance(exc, exceptions.InstanceHAError):
                     LOG.error('host %s: unexpected error in state %s',
                               wf.host, wf.state, exc_info=exc)
-                wf.retry_at = self.env.clock.monotonic() + STEP_RETRY
+                wf.retry_at = self.env.clock.monotonic() + wait
                 continue
+            wf.step_errors = 0
             if apply and on_done is not None:
                 on_done(fut.result())
 

@@ -314,8 +314,8 @@ class Story:
                          % ', '.join(d['held']))
             return text
         if e == 'step_error':
-            return '%s: a step failed in state %s (retried): %s' % (
-                host, d.get('state'), d.get('reason'))
+            return '%s: a step failed in state %s (retried in %s s): %s' % (
+                host, d.get('state'), d.get('retry_in', '?'), d.get('reason'))
         if e == 'fence_pending':
             return None
         if e == 'forced_down_cleared':

@@ -143,3 +143,16 @@ class TestNovaFaults(testtools.TestCase):
         self.assertEqual({}, rig.engine.host_states())
         self.assertIn('no longer listed', rig.events.named(
             events.HOST_STATE, 'host1')[-1]['reason'])
+
+    def test_failing_step_backs_off_up_to_a_poll(self):
+        rig = fakes.Rig(poll=15)
+        rig.cloud.boot('host1', 1)
+        rig.run(2)
+        failing(rig, 'update_service', 5, status=503)
+        rig.cloud.kill('host1')
+        rig.run(120)
+        errors = rig.events.named(events.STEP_ERROR, 'host1')
+        self.assertEqual([5, 10, 15, 15, 15],
+                         [d['retry_in'] for d in errors])
+        self.assertIn('update_service: HTTP 503', errors[0]['reason'])
+        self.assertEqual({}, rig.engine.host_states())
