@@ -96,7 +96,7 @@ class Metrics:
         self.evacuations = prom.Counter(
             'instanceha_evacuations',
             'Instance evacuation events by result (requested, done, '
-            'failed, refused, gave_up).', ['result'], registry=r)
+            'failed, refused, gave_up, unanswered).', ['result'], registry=r)
         self.evacuation_duration = prom.Histogram(
             'instanceha_evacuation_duration_seconds',
             'From an evacuation request to its end, by result (done, '
@@ -186,6 +186,8 @@ class MetricsEventSink(ports.EventSink):
                 self._evacuating_since.pop(str(details.get('server')), None)
             elif event == ev.EVACUATE_GAVE_UP:
                 m.evacuations.labels('gave_up').inc()
+            elif event == ev.EVACUATE_UNANSWERED:
+                m.evacuations.labels('unanswered').inc()
             elif event == ev.STEP_ERROR:
                 state = details.get('state')
                 valid = {s.value for s in states.HostState}

@@ -266,6 +266,7 @@ class MonitorTest(testtools.TestCase):
         emit(ev.EVACUATE_FAILED, 'h1', server='s2', attempt=1, dest='h3',
              reason='x')
         emit(ev.EVACUATE_GAVE_UP, 'h1', server='s2', attempts=5, reason='x')
+        emit(ev.EVACUATE_UNANSWERED, 'h1', server='s3', reason='503')
         emit(ev.STEP_ERROR, 'h1', state='evacuating', reason='x')
         emit(ev.STEP_ERROR, 'h1', state='bogus', reason='x')
         emit(ev.LEADER)
@@ -280,6 +281,8 @@ class MonitorTest(testtools.TestCase):
                                 result='requested'))
         self.assertEqual(1.0, v('instanceha_evacuations_total',
                                 result='gave_up'))
+        self.assertEqual(1.0, v('instanceha_evacuations_total',
+                                result='unanswered'))
         self.assertEqual(10.0, v('instanceha_evacuation_duration_seconds_sum',
                                  result='done'))
         self.assertEqual(1.0, v('instanceha_step_errors_total',
