@@ -290,7 +290,7 @@ class MonitorTest(testtools.TestCase):
         self.assertEqual(1.0, v('instanceha_leadership_changes_total',
                                 change='gained'))
         # Events still reach the log sink, unchanged.
-        self.assertEqual(12, len(self.inner.events))
+        self.assertEqual(13, len(self.inner.events))
         self.assertEqual((ev.EVACUATE_DONE, 'h1', {'server': 's1',
                                                    'dest': 'h3',
                                                    'status': 'done'}),
