@@ -122,6 +122,28 @@ class TestReservedHosts(testtools.TestCase):
         self.assertTrue(cloud.services['s-az'].disabled_reason.startswith(
             SPARE))
 
+    def test_repeated_release_leaves_a_reclaimed_spare_alone(self):
+        clock = fakes.FakeClock()
+        cloud = fakes.FakeCloud(clock, hosts=0)
+        cloud.services['s-az'] = service('s-az', 'disabled', SPARE)
+        cloud.alive['s-az'] = True
+        cloud.last_beat['s-az'] = 0.0
+        env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
+        pool = model.Snapshot(taken_at=fakes.T0, services=(
+            service('c1'), service('c2'),
+            service('s-az', 'disabled', SPARE)))
+        empty = model.Snapshot(taken_at=fakes.T0,
+                               services=(service('s-az'),))
+        self.assertEqual('s-az', self.strategy.reserve(env, 'c1', pool))
+        self.strategy.release(env, 'c1', 's-az', empty)
+        self.assertEqual('s-az', self.strategy.reserve(env, 'c2', pool))
+        self.assertEqual('enabled', cloud.services['s-az'].status)
+        # c1's release is repeated (say, after a Nova error): the spare now
+        # serves c2 and must stay enabled and claimed.
+        self.strategy.release(env, 'c1', 's-az', empty)
+        self.assertEqual('enabled', cloud.services['s-az'].status)
+        self.assertIsNone(self.strategy.reserve(env, 'c3', pool))
+
     def test_target_follows_option(self):
         self.assertEqual('s1', self.strategy.evacuation_target('s1'))
         self.conf.set_override('evacuate_to_spare', False, 'reservation')

@@ -122,6 +122,12 @@ class ReservedHosts(base.ReservationStrategy):
 
     def release(self, env: ports.Environment, failed_host: str,
                 spare: str, snapshot: model.Snapshot) -> None:
+        with self._lock:
+            owner = self._claims.get(spare)
+        if owner not in (None, failed_host):
+            # Released before and claimed since by another failed host
+            # (a release repeated after a Nova error): not ours to return.
+            return
         svc = snapshot.service(spare)
         if svc is not None and not snapshot.servers_on(spare):
             env.cloud.update_service(
@@ -129,7 +135,8 @@ class ReservedHosts(base.ReservationStrategy):
                 disabled_reason='%s (returned after recovering %s)'
                 % (self.conf.reservation.reserved_reason, failed_host))
         with self._lock:
-            self._claims.pop(spare, None)
+            if self._claims.get(spare) == failed_host:
+                del self._claims[spare]
 
     def forget(self, spare: str) -> None:
         """Drop a claim without touching Nova (the spare keeps serving)."""
