@@ -590,10 +590,7 @@ class TestResume(TestCase):
         vms = rig.cloud.boot('host1', 5)
         rig.run(2)
         rig.cloud.kill('host1')
-        for _ in range(40):
-            rig.run(1)
-            if any(rig.cloud.evacuations(v) for v in vms):
-                break
+        rig.run_until(lambda: any(rig.cloud.evacuations(v) for v in vms), 40)
         self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
         rig.restart()
         rig.run(30)
@@ -612,10 +609,7 @@ class TestResume(TestCase):
             vms = rig.cloud.boot('host1', 3)
             rig.run(2)
             rig.cloud.kill('host1')
-            for _ in range(40):
-                rig.run(1)
-                if marker_state(rig, 'host1') == S(stop_at):
-                    break
+            rig.run_until(lambda: marker_state(rig, 'host1') == S(stop_at), 40)
             self.assertEqual(S(stop_at), marker_state(rig, 'host1'))
             rig.restart()
             rig.run(30)
@@ -631,10 +625,7 @@ class TestResume(TestCase):
         vms = rig.cloud.boot('host1', 3)
         rig.run(2)
         rig.cloud.kill('host1')
-        for _ in range(40):
-            rig.run(1)
-            if marker_state(rig, 'host1') is S.EVACUATING:
-                break
+        rig.run_until(lambda: marker_state(rig, 'host1') is S.EVACUATING, 40)
         self.assertEqual([], [c for c in rig.cloud.calls
                               if c[0] == 'evacuate'])
         reason = rig.cloud.services['host1'].disabled_reason
@@ -665,10 +656,7 @@ class TestResume(TestCase):
         vms = rig.cloud.boot('host1', 2)
         rig.run(2)
         rig.cloud.kill('host1')
-        for _ in range(40):
-            rig.run(1)
-            if marker_state(rig, 'host1') is S.POWERING_ON:
-                break
+        rig.run_until(lambda: marker_state(rig, 'host1') is S.POWERING_ON, 40)
         # the previous process died before its aftercare unlocked them
         for vm in vms:
             rig.cloud.set_server_lock(vm, True)
@@ -713,10 +701,7 @@ class TestLeadership(TestCase):
         vms = rig.cloud.boot('host1', 4)
         rig.run(2)
         rig.cloud.kill('host1')
-        for _ in range(40):
-            rig.run(1)
-            if any(rig.cloud.evacuations(v) for v in vms):
-                break
+        rig.run_until(lambda: any(rig.cloud.evacuations(v) for v in vms), 40)
         rig.coordinator.leader = False
         count = sum(len(rig.cloud.evacuations(v)) for v in vms)
         rig.run(20)
@@ -775,11 +760,9 @@ class TestDisabled(TestCase):
         rig.cloud.boot('host1', 2)
         rig.run(2)
         rig.cloud.kill('host1')
-        for _ in range(60):
-            rig.run(1)
-            if rig.engine.host_states().get('host1') is state:
-                return
-        self.fail('host1 never reached %s' % state)
+        if not rig.run_until(
+                lambda: rig.engine.host_states().get('host1') is state, 60):
+            self.fail('host1 never reached %s' % state)
 
     def test_restart_with_disabled_holds_a_running_recovery(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart'})

@@ -334,6 +334,17 @@ class Rig:
             self.engine.tick()
             self.clock.t += step
 
+    def run_until(self, condition, seconds):
+        """Run second by second until ``condition()``, at most ``seconds``.
+
+        Returns whether the condition was met.
+        """
+        for _ in range(seconds):
+            self.run(1)
+            if condition():
+                return True
+        return False
+
     def restart(self):
         """A new engine (and drivers) on the same cloud: a new process."""
         from instanceha.engine import recovery
