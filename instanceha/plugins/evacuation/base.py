@@ -304,6 +304,16 @@ class EvacuationJob:
         self._emit(env, events.POWER_STATE_RESTORED, server=task.server_id,
                    status=want)
 
+    def _done(self, env, task, server: model.Server) -> None:
+        """The server was rebuilt elsewhere: restore, report, unlock."""
+        self._restore_power_state(env, task, server)
+        task.state = TaskState.DONE
+        task.dest = server.host
+        self._emit(env, events.EVACUATE_DONE, server=task.server_id,
+                   dest=server.host,
+                   status=task.original_status or server.status)
+        self._unlock(env, task)
+
     # -- one step ---------------------------------------------------------
 
     def _check(self, env, task, records, snapshot) -> None:
@@ -338,13 +348,7 @@ class EvacuationJob:
                 return
             if task.verify_lock and not server.locked:
                 task.locked_by_us = False
-            self._restore_power_state(env, task, server)
-            task.state = TaskState.DONE
-            task.dest = server.host
-            self._emit(env, events.EVACUATE_DONE, server=task.server_id,
-                       dest=server.host,
-                       status=task.original_status or server.status)
-            self._unlock(env, task)
+            self._done(env, task, server)
             return
         task.current = None
         if rec.dest_host:
@@ -433,12 +437,7 @@ class EvacuationJob:
         if server is not None and not server.task_state:
             # Gone from the host and settled, with no record of ours
             # listed (yet): it runs elsewhere.
-            task.state = TaskState.DONE
-            task.dest = server.host
-            self._emit(env, events.EVACUATE_DONE, server=task.server_id,
-                       dest=server.host,
-                       status=task.original_status or server.status)
-            self._unlock(env, task)
+            self._done(env, task, server)
             return
         task.state = TaskState.IN_FLIGHT
         task.current = None
