@@ -40,6 +40,7 @@ Readiness (``/healthz`` answers 200 or 503 with a JSON body saying why):
 """
 
 from collections.abc import Callable, Iterable
+import errno
 import http.server
 import json
 import logging
@@ -501,6 +502,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         LOG.debug('health: %s %s', self.address_string(), fmt % args)
 
 
+class PortInUse(exceptions.ConfigurationError):
+    """The health port is taken (often: another copy on this machine)."""
+
+
 class HealthServer:
     """Serves /healthz and /metrics from a daemon thread."""
 
@@ -515,7 +520,9 @@ class HealthServer:
         try:
             self._server = server_cls((listen, port), handler)
         except OSError as exc:
-            raise exceptions.ConfigurationError(
+            cls = (PortInUse if exc.errno == errno.EADDRINUSE
+                   else exceptions.ConfigurationError)
+            raise cls(
                 'options [health] listen = %s, port = %d: cannot serve '
                 'health there: %s' % (listen, port, exc.strerror or exc)
             ) from None
@@ -560,8 +567,17 @@ def service_hook(service) -> Callable[[], None]:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '
                  'false)')
         return monitor.begin_shutdown
-    server = HealthServer(monitor, metrics, listen=conf.health.listen,
-                          port=conf.health.port)
+    try:
+        server = HealthServer(monitor, metrics, listen=conf.health.listen,
+                              port=conf.health.port)
+    except PortInUse as exc:
+        # Losing the endpoint must not cost the cloud its instance HA:
+        # a second copy started with the same file on one machine still
+        # elects, follows and takes over.
+        LOG.error('health: %s; this copy runs on without /healthz and '
+                  '/metrics (give each copy on a machine its own [health] '
+                  'port)', exc)
+        return monitor.begin_shutdown
     server.start()
 
     def stop() -> None:

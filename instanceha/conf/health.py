@@ -31,7 +31,8 @@ OPTS = [
     cfg.PortOpt('port', default=9797,
                 help='TCP port of the health endpoint. 0 picks a free '
                      'port and logs it. Two copies on one machine need '
-                     'different ports.'),
+                     'different ports; a copy that finds the port taken '
+                     'logs an error and runs on without the endpoint.'),
     cfg.IntOpt('stuck_after', default=0, min=0, max=86400,
                help='Seconds without a finished cycle after which '
                     '/healthz reports the loop as stuck. 0 means three '

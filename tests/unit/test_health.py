@@ -19,13 +19,17 @@ what the loop reports, not about recovery. The HTTP server is real.
 
 import datetime
 import json
+import threading
 import types
 import urllib.error
 import urllib.request
 
+import fixtures
+from oslo_config import cfg
 from prometheus_client import parser
 import testtools
 
+from instanceha import conf as ha_conf
 from instanceha.coordination import Status
 from instanceha.engine import events as ev
 from instanceha.engine import plan as plan_mod
@@ -380,6 +384,24 @@ class ServerTest(testtools.TestCase):
             port=self.server.port)
         self.assertIn('[health] listen = 127.0.0.1, port = %d'
                       % self.server.port, str(err))
+
+    def test_port_in_use_does_not_stop_the_service(self):
+        conf = cfg.ConfigOpts()
+        ha_conf.parse_args([], conf, default_config_files=[])
+        conf.set_override('port', self.server.port, 'health')
+        engine = FakeEngine(RecordingSink())
+        engine.conf = conf
+        service = types.SimpleNamespace(
+            engine=engine, stop=threading.Event(),
+            env=types.SimpleNamespace(coordinator=FakeCoordinator(),
+                                      events=RecordingSink()))
+        with fixtures.FakeLogger(level='ERROR') as log:
+            stop = health.service_hook(service)
+        self.assertIn('runs on without /healthz', log.output)
+        self.assertIn('[health] listen = 127.0.0.1, port = %d'
+                      % self.server.port, log.output)
+        stop()
+        self.assertTrue(service.health.shutting_down())
 
     def test_a_failing_probe_answers_500_and_keeps_serving(self):
         def broken():
