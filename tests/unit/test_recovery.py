@@ -108,14 +108,7 @@ class TestHappyPath(TestCase):
         rig.cloud.boot('host1', 1)
         rig.run(2)
         rig.cloud.kill('host1')
-        orig_unfence = rig.fencer.unfence
-
-        def unfence_without_boot(host):
-            result = orig_unfence(host)
-            rig.cloud.kill(host)  # powered on, compute not yet up
-            return result
-
-        rig.fencer.unfence = unfence_without_boot
+        rig.power_on_without_boot()
         rig.run(20)
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
         svc = rig.cloud.services['host1']
@@ -135,16 +128,7 @@ class TestHappyPath(TestCase):
         rig.cloud.boot('host1', 1)
         rig.run(2)
         rig.cloud.kill('host1')
-        booted = []
-        orig_unfence = rig.fencer.unfence
-
-        def unfence_slow_boot(host):
-            result = orig_unfence(host)
-            rig.cloud.kill(host)  # powered on, still booting
-            booted.append(rig.clock.t)
-            return result
-
-        rig.fencer.unfence = unfence_slow_boot
+        booted = rig.power_on_without_boot()  # still booting
         rig.run(20)
         self.assertTrue(booted)
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
@@ -848,14 +832,7 @@ class TestUpTimeout(TestCase):
         rig.cloud.boot('host1', 1)
         rig.run(2)
         rig.cloud.kill('host1')
-        orig_unfence = rig.fencer.unfence
-
-        def unfence_without_boot(host):
-            result = orig_unfence(host)
-            rig.cloud.kill(host)  # powered on, never boots
-            return result
-
-        rig.fencer.unfence = unfence_without_boot
+        rig.power_on_without_boot()
         rig.run(30)
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
         self.assertEqual([], rig.events.named(events.UP_OVERDUE))
@@ -885,13 +862,7 @@ class TestHandBack(TestCase):
     """instanceha-manage hosts clear, as the engine sees it (the table)."""
 
     def _failed(self):
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
-                           'evacuation.retries': 0})
-        vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 1
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run(20)
+        rig = fakes.failed_host_rig()
         self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
         return rig
 
@@ -938,14 +909,7 @@ class TestHandBack(TestCase):
         rig.cloud.boot('host1', 1)
         rig.run(2)
         rig.cloud.kill('host1')
-        orig_unfence = rig.fencer.unfence
-
-        def unfence_without_boot(host):
-            result = orig_unfence(host)
-            rig.cloud.kill(host)
-            return result
-
-        rig.fencer.unfence = unfence_without_boot
+        rig.power_on_without_boot()
         rig.run(20)
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
         manage_hosts.clear(rig.cloud, 'host1', True, rig.clock.now())

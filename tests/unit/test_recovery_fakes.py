@@ -334,6 +334,24 @@ class Rig:
             self.engine.tick()
             self.clock.t += step
 
+    def power_on_without_boot(self) -> list:
+        """Make unfencing power hosts on while their compute stays down.
+
+        Stands for a slow or failed boot; returns the list of the
+        simulated times at which it happened.
+        """
+        booted = []
+        unfence = self.fencer.unfence
+
+        def unfence_without_boot(host):
+            result = unfence(host)
+            self.cloud.kill(host)
+            booted.append(self.clock.t)
+            return result
+
+        self.fencer.unfence = unfence_without_boot
+        return booted
+
     def run_until(self, condition, seconds):
         """Run second by second until ``condition()``, at most ``seconds``.
 
@@ -354,3 +372,14 @@ class Rig:
     def transitions(self, host):
         return [(d['old'], d['new'])
                 for d in self.events.named(events.HOST_STATE, host)]
+
+
+def failed_host_rig() -> Rig:
+    """A rig whose host1 ended FAILED: its one rebuild failed (smart)."""
+    rig = Rig(**{'evacuation.strategy': 'smart', 'evacuation.retries': 0})
+    vm, = rig.cloud.boot('host1', 1)
+    rig.cloud.fail_rebuild[vm] = 1
+    rig.run(2)
+    rig.cloud.kill('host1')
+    rig.run(20)
+    return rig

@@ -79,13 +79,7 @@ class TestHosts(testtools.TestCase):
         self.assertIn("'nohost'", str(e))
 
     def test_engine_enables_a_cleared_host(self):
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
-                           'evacuation.retries': 0})
-        vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 1
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run(20)
+        rig = fakes.failed_host_rig()
         self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
         rig.cloud.revive('host1')  # the operator fixed and powered it on
         rig.run(5)
