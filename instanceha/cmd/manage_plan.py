@@ -24,23 +24,9 @@ import sys
 
 from oslo_config import cfg
 
-from instanceha.conf import filters as filters_conf
 from instanceha.engine import plan as plan_mod
 from instanceha import exceptions
 from instanceha.plugins import loader
-
-
-def load_deciders(conf: cfg.ConfigOpts) -> loader.Drivers:
-    """Detectors, filters and gates only: a dry run never acts."""
-    return loader.Drivers(
-        detectors=loader.load('instanceha.detectors',
-                              conf.detection.detectors,
-                              '[detection] detectors', conf),
-        filters=loader.load('instanceha.filters', filters_conf.names(conf),
-                            '[filters] enabled', conf),
-        gates=loader.load('instanceha.gates', conf.gates.enabled,
-                          '[gates] enabled', conf),
-        reservation=None, evacuation=None)
 
 
 def format_table(plan: plan_mod.Plan) -> str:
@@ -95,7 +81,7 @@ def _plan(conf: cfg.ConfigOpts) -> int:
     from instanceha.cloud import nova
     from instanceha.engine import decide
 
-    drivers = load_deciders(conf)
+    drivers = loader.load_deciders(conf)
     cloud = nova.NovaCloud(conf)
     snapshot = cloud.snapshot(**decide.snapshot_needs(drivers))
     plan = annotate_fencing(

@@ -121,13 +121,12 @@ class Drivers:
                 self.reservation, self.evacuation]
 
 
-def load_configured(conf) -> Drivers:
-    """Load every driver the configuration names (fencing is per host).
+def load_deciders(conf) -> Drivers:
+    """Detectors, filters and gates only: what a dry run needs.
 
     :raises ConfigurationError: for the first bad name or setting, naming
         the option.
     """
-    from instanceha.conf import evacuation
     from instanceha.conf import filters
 
     return Drivers(
@@ -137,10 +136,22 @@ def load_configured(conf) -> Drivers:
                      '[filters] enabled', conf),
         gates=load('instanceha.gates', conf.gates.enabled,
                    '[gates] enabled', conf),
-        reservation=load('instanceha.reservation',
-                         [conf.reservation.strategy],
-                         '[reservation] strategy', conf)[0],
-        evacuation=load('instanceha.evacuation',
-                        [evacuation.strategy_name(conf)],
-                        '[evacuation] strategy', conf)[0],
-    )
+        reservation=None, evacuation=None)
+
+
+def load_configured(conf) -> Drivers:
+    """Load every driver the configuration names (fencing is per host).
+
+    :raises ConfigurationError: for the first bad name or setting, naming
+        the option.
+    """
+    from instanceha.conf import evacuation
+
+    drivers = load_deciders(conf)
+    drivers.reservation = load('instanceha.reservation',
+                               [conf.reservation.strategy],
+                               '[reservation] strategy', conf)[0]
+    drivers.evacuation = load('instanceha.evacuation',
+                              [evacuation.strategy_name(conf)],
+                              '[evacuation] strategy', conf)[0]
+    return drivers

@@ -21,9 +21,9 @@ import time
 
 import testtools
 
-from instanceha.cmd import manage_plan
 from instanceha.engine import decide
 from instanceha.engine import plan as plan_mod
+from instanceha.plugins import loader
 from tests.functional import peers
 from tests.functional import test_nova_cloud as helpers
 
@@ -31,7 +31,7 @@ D = plan_mod.Decision
 
 
 def plan_once(cloud):
-    drivers = manage_plan.load_deciders(cloud.conf)
+    drivers = loader.load_deciders(cloud.conf)
     snap = cloud.snapshot(**decide.snapshot_needs(drivers))
     return snap, decide.make_plan(snap, drivers, cloud.conf, snap.taken_at)
 
@@ -195,7 +195,7 @@ class TestApiCallsFlat(testtools.TestCase):
             peer.create_servers(1, host=host, name='vm-' + host)
         cloud = helpers.make_cloud(self, peer,
                                    extra='[tagging]\ntagged_images = true\n')
-        drivers = manage_plan.load_deciders(cloud.conf)
+        drivers = loader.load_deciders(cloud.conf)
         since = datetime.datetime.now(datetime.timezone.utc)
         cloud.api_calls = 0
         snap = cloud.snapshot(migrations_since=since,
