@@ -386,6 +386,11 @@ class Engine:
             return
         self._fresh = True
         self.snapshot = snapshot
+        # Fencing keys are matched against every Nova host name: a short
+        # key naming two hosts serves neither.
+        learn = getattr(self.env.fencer, 'learn_hosts', None)
+        if learn is not None:
+            learn(s.host for s in snapshot.services)
         now = self.env.clock.now()
         if not self.conf.disabled:
             self._adopt(snapshot)
@@ -630,10 +635,13 @@ class Engine:
                 timeout = self._kdump_opt('kdump_timeout', 30)
                 wf.kdump_deadline = clock.monotonic() + timeout
                 self._emit(events.KDUMP_WAIT, wf.host, timeout=timeout)
+            # Only a dump in progress proves the host runs nothing: its
+            # messages must still arrive now (within message_timeout). A
+            # dump that ended may have been followed by a reboot.
             last = self.env.kdump.last_message(wf.host)
-            window = datetime.timedelta(seconds=self.conf.delta +
-                                        self.conf.poll)
-            if last is not None and last >= wf.detected - window:
+            live = datetime.timedelta(
+                seconds=self._kdump_opt('message_timeout', 30))
+            if last is not None and clock.now() - last <= live:
                 self._fenced(wf, ports.FenceResult(
                     host=wf.host, level=0, devices=(), kdump=True))
                 return
