@@ -92,14 +92,24 @@ def compare_with_nova(conf: cfg.ConfigOpts,
     services = nova.NovaCloud(conf).list_services()
     computes = sorted({s.host for s in services})
     keys = [key for key, _, _ in rows]
+    assigned, problems = config.assign_hosts(keys, computes, path or '')
+    used = set(assigned.values())
     result = []
     for key, ok, text in rows:
-        if config.match_host(key, computes, path or '') is None:
+        named = [h for h in computes if config.same_host(h, key)]
+        if key not in used and named:
+            ok, text = False, 'AMBIGUOUS entry: it matches Nova hosts %s ' \
+                'and serves none of them; device check: %s' % (
+                    ', '.join(named), text)
+        elif key not in used:
             ok, text = False, 'unknown host: no nova-compute service of ' \
                 'that name (entry protects nothing); device check: ' + text
         result.append((key, ok, text))
     for host in computes:
-        if config.match_host(host, keys, path or '') is None:
+        if host in problems:
+            result.append((host, False, 'AMBIGUOUS: %s; it cannot be '
+                           'fenced and is never evacuated' % problems[host]))
+        elif host not in assigned:
             result.append((host, False, 'NOT CONFIGURED: Nova compute host '
                            'without a fencing entry: it is never evacuated'))
     return sorted(result)

@@ -56,22 +56,31 @@ def annotate_fencing(plan: plan_mod.Plan, conf: cfg.ConfigOpts
     """Say which hosts the service would try to recover but cannot fence.
 
     The service never evacuates a host it could not fence (R9); a dry run
-    that hid this would promise a recovery that will not happen.
+    that hid this would promise a recovery that will not happen. Keys are
+    matched against Nova's host names, as the service does: a short key
+    naming two Nova hosts serves neither.
     """
     from instanceha.plugins.fencing import topology
 
     try:
         fencer = topology.Topology.from_conf(conf)
+        fencer.learn_hosts(d.host for d in plan.decisions)
         missing = 'no entry in the fencing file %s' % fencer.file.path
     except exceptions.ConfigurationError as exc:
         fencer, missing = None, 'fencing file unusable: %s' % exc
 
     def annotate(d: plan_mod.HostDecision) -> plan_mod.HostDecision:
-        if d.decision is not plan_mod.Decision.RECOVER or (
-                fencer is not None and fencer.configured(d.host)):
+        if d.decision is not plan_mod.Decision.RECOVER:
             return d
+        why = missing
+        if fencer is not None:
+            try:
+                if fencer.file.find(d.host) is not None:
+                    return d
+            except exceptions.ConfigurationError as exc:
+                why = str(exc)
         return dataclasses.replace(d, reasons=d.reasons + (
-            'cannot be fenced (%s): will not be evacuated' % missing,))
+            'cannot be fenced (%s): will not be evacuated' % why,))
 
     return dataclasses.replace(
         plan, decisions=tuple(annotate(d) for d in plan.decisions))

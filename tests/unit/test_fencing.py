@@ -231,6 +231,44 @@ class TestHostMatching(testtools.TestCase):
         self.assertIsNone(config.match_host('c0.a.example',
                                             ['c0.b.example']))
 
+    def test_short_key_naming_two_nova_hosts_serves_neither(self):
+        keys = ['compute-1', 'compute-0.az1']
+        nova = ['compute-0.az1', 'compute-1.az1', 'compute-1.az2']
+        for host in ('compute-1.az1', 'compute-1.az2'):
+            exc = self.assertRaises(exceptions.ConfigurationError,
+                                    config.match_host, host, keys, 'f.yaml',
+                                    nova)
+            self.assertIn('entry compute-1 is ambiguous: it matches Nova '
+                          'hosts compute-1.az1, compute-1.az2', str(exc))
+        self.assertEqual('compute-0.az1',
+                         config.match_host('compute-0.az1', keys, '', nova))
+        # Without Nova's names (or with one host of that short name) the
+        # short key serves its host as before.
+        self.assertEqual('compute-1', config.match_host('compute-1.az2',
+                                                        keys))
+        self.assertEqual('compute-1', config.match_host(
+            'compute-1.az2', keys, '', ['compute-1.az2', 'compute-0.az1']))
+
+    def test_key_naming_another_host_exactly_is_not_borrowed(self):
+        keys = ['compute-1']
+        nova = ['compute-1', 'compute-1.az2']
+        self.assertEqual('compute-1',
+                         config.match_host('compute-1', keys, '', nova))
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                config.match_host, 'compute-1.az2', keys,
+                                'f.yaml', nova)
+        self.assertIn('host compute-1.az2 has no entry of its own: entry '
+                      'compute-1 names Nova host compute-1 exactly',
+                      str(exc))
+
+    def test_assign_hosts_reports_each_nova_host(self):
+        assigned, problems = config.assign_hosts(
+            ['compute-1', 'c2.example.com', 'c3'],
+            ['compute-1.az1', 'compute-1.az2', 'c2', 'c4'])
+        self.assertEqual({'c2': 'c2.example.com'}, assigned)
+        self.assertEqual(['compute-1.az1', 'compute-1.az2'],
+                         sorted(problems))
+
     def test_exact_match_wins_and_ambiguity_is_an_error(self):
         keys = ['c0.a.example', 'c0.b.example', 'c1.a.example', 'c1']
         self.assertEqual('c1', config.match_host('c1', keys))
@@ -453,6 +491,19 @@ class TestChain(testtools.TestCase):
         self.assertEqual(1, self.log.output.count('matches several entries'))
         self.assertTrue(t.configured('c0.b.example'))
         self.assertRaises(exceptions.FencingError, t.fence, 'c0')
+        t.stop()
+
+    def test_key_ambiguous_among_nova_hosts_is_never_fenced(self):
+        t = self.topo({'c0': [['ok']]})
+        self.assertTrue(t.configured('c0.a.example'))
+        t.learn_hosts(['c0.a.example'])
+        t.learn_hosts(['c0.b.example'])  # names add up
+        self.assertFalse(t.configured('c0.a.example'))
+        self.assertFalse(t.configured('c0.b.example'))
+        exc = self.assertRaises(exceptions.FencingError, t.fence,
+                                'c0.b.example')
+        self.assertIn('entry c0 is ambiguous', str(exc))
+        self.assertEqual([], self.calls)
         t.stop()
 
     def test_unconfigured_host_is_never_fenced(self):

@@ -51,14 +51,20 @@ are not.
 
 Host keys match Nova's host names in short or fully qualified form: an
 entry ``compute-0.example.com`` serves host ``compute-0`` and vice versa;
-an exact match always wins, and a short name that matches two entries is
-an error rather than a guess.
+an exact match always wins, and a name that matches two entries is an
+error rather than a guess. Ambiguity is judged against Nova's host names
+too: an entry ``compute-1`` while Nova has both ``compute-1.az1`` and
+``compute-1.az2`` serves neither (powering off the wrong machine is the
+worst thing a fencing file can do), and a host whose only match is an
+entry written exactly for another Nova host gets nothing. Such a host
+cannot be fenced, so it is never evacuated, and the reason says so.
 
 Everything is checked at load time: an unknown key, a missing parameter,
 an unreadable secret file each raise a ConfigurationError naming the
 file, the host, the level, the device and the key.
 """
 
+from collections.abc import Iterable
 from collections.abc import Mapping
 import dataclasses
 import os
@@ -91,33 +97,99 @@ class FencingFile:
     hosts: dict[str, HostEntry]
     #: Hosts whose entry is broken, with the reason (lenient loading).
     errors: dict[str, str]
+    #: Every Nova compute host name seen so far (None: not known yet).
+    #: Names are only ever added: a host whose service record was deleted
+    #: still makes a short key ambiguous, since its machine still exists.
+    nova_hosts: frozenset[str] | None = None
 
     def names(self) -> list[str]:
         return sorted([*self.hosts, *self.errors])
 
+    def learn_hosts(self, hosts: Iterable[str]) -> None:
+        """Add Nova's compute host names (ambiguity is judged on them)."""
+        self.nova_hosts = (self.nova_hosts or frozenset()) | frozenset(hosts)
+
     def find(self, host: str) -> str | None:
         """The key of ``host``'s entry (short/FQDN aware), or None.
 
-        :raises ConfigurationError: when a short name is ambiguous.
+        :raises ConfigurationError: when the match is ambiguous, among the
+            entries or among Nova's hosts.
         """
-        return match_host(host, self.names(), self.path)
+        return match_host(host, self.names(), self.path, self.nova_hosts)
 
 
-def match_host(host: str, keys: list[str], path: str = '') -> str | None:
-    """Which of ``keys`` names ``host``; short and FQDN forms match."""
+def same_host(name: str, key: str) -> bool:
+    """Whether ``key`` names ``name`` exactly or in short/FQDN form."""
+    name, key = name.lower(), key.lower()
+    if name == key:
+        return True
+    return (name.split('.', 1)[0] == key.split('.', 1)[0]
+            and ('.' not in name or '.' not in key))
+
+
+def match_host(host: str, keys: Iterable[str], path: str = '',
+               nova_hosts: Iterable[str] | None = None) -> str | None:
+    """Which of ``keys`` names ``host``; short and FQDN forms match.
+
+    An exact (case-insensitive) match always wins. Otherwise the one key
+    whose short or FQDN form names ``host``, unless it is ambiguous: two
+    keys name the host, or (when ``nova_hosts`` is given) the key also
+    names another Nova host. An ambiguous key serves no host at all.
+
+    :raises ConfigurationError: naming the host, the entries and the
+        other Nova hosts when the match is ambiguous.
+    """
+    keys = list(keys)
     if host in keys:
         return host
     folded = {k.lower(): k for k in keys}
     if host.lower() in folded:
         return folded[host.lower()]
-    short = host.split('.', 1)[0].lower()
-    found = sorted(k for k in keys if k.split('.', 1)[0].lower() == short
-                   and ('.' not in k or '.' not in host))
+    found = sorted(k for k in keys if same_host(host, k))
     if len(found) > 1:
         raise exceptions.ConfigurationError(
             'fencing file %s: host %s matches several entries (%s); name it '
             'exactly' % (path, host, ', '.join(found)))
-    return found[0] if found else None
+    if not found or nova_hosts is None:
+        return found[0] if found else None
+    key = found[0]
+    others = sorted(h for h in set(nova_hosts)
+                    if h.lower() != host.lower() and same_host(h, key))
+    owner = [h for h in others if h.lower() == key.lower()]
+    if owner:
+        raise exceptions.ConfigurationError(
+            'fencing file %s: host %s has no entry of its own: entry %s '
+            'names Nova host %s exactly; give host %s an entry with its '
+            'exact name' % (path, host, key, owner[0], host))
+    if others:
+        raise exceptions.ConfigurationError(
+            'fencing file %s: entry %s is ambiguous: it matches Nova hosts '
+            '%s; it serves none of them. Give host %s an entry with its '
+            'exact name' % (path, key, ', '.join(sorted(others + [host])),
+                            host))
+    return key
+
+
+def assign_hosts(keys: Iterable[str], nova_hosts: Iterable[str],
+                 path: str = '') -> tuple[dict[str, str], dict[str, str]]:
+    """Which entry serves each Nova host, as the service will decide it.
+
+    Returns ``(assigned, problems)``: Nova host -> key for the hosts with
+    a unique entry, and Nova host -> why for the hosts whose match is
+    ambiguous (they cannot be fenced). Hosts in neither have no entry.
+    """
+    keys, nova_hosts = list(keys), sorted(set(nova_hosts))
+    assigned: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for host in nova_hosts:
+        try:
+            key = match_host(host, keys, path, nova_hosts)
+        except exceptions.ConfigurationError as exc:
+            problems[host] = str(exc)
+            continue
+        if key is not None:
+            assigned[host] = key
+    return assigned, problems
 
 
 def _read_yaml(path: str) -> Mapping:
