@@ -227,9 +227,23 @@ class TestExecHooks(testtools.TestCase):
         hook = self.dir.write('hook', GARBAGE_ALLOW)
         self.assertEqual(2, len(plan_with([hook]).to_recover()))
 
-    def test_veto_of_a_host_not_proposed_is_an_error(self):
-        self.assert_error_blocks(UNKNOWN_HOST,
-                                 'it vetoes host(s) not proposed: host9')
+    def test_veto_of_a_host_not_proposed_allows_the_proposal(self):
+        # A static guard names the hosts it protects whatever is proposed
+        # (the etcd member guard): host9 is not at stake, nothing vetoed.
+        hook = self.dir.write('hook', UNKNOWN_HOST)
+        p = plan_with([hook])
+        self.assertEqual(['host1', 'host3'],
+                         [d.host for d in p.to_recover()])
+        self.assertEqual((), p.blocked_by)
+
+    def test_veto_naming_proposed_and_other_hosts_blocks_the_proposed(self):
+        hook = self.dir.write('hook', '#!/bin/sh\necho \'{{"veto": '
+                              '["host9", "host3"], "reason": "guard"}}\'\n'
+                              'exit 1\n')
+        p = plan_with([hook])
+        self.assertEqual(['host1'], [d.host for d in p.to_recover()])
+        self.assertIn('hook %s vetoes host3: guard' % hook,
+                      p.decision('host3').reasons[-1])
 
     def test_empty_veto_list_is_an_error(self):
         self.assert_error_blocks(EMPTY_VETO, 'it vetoes but its "veto" list '

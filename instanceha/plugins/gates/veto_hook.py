@@ -67,6 +67,9 @@ class Answer:
     reason: str = ''
     #: Set when the hook failed to answer: why.
     error: str | None = None
+    #: Hosts the hook named that were not proposed (ignored: a static
+    #: guard names the hosts it protects, whatever is proposed).
+    not_proposed: frozenset[str] = frozenset()
 
 
 def clean(text: str) -> str:
@@ -84,9 +87,12 @@ def parse_veto(hook: str, text: str, proposed: frozenset[str]) -> Answer:
     """Read a veto: a reason line, or JSON naming the vetoed hosts.
 
     An answer starting with ``{`` must be a JSON object whose optional
-    ``veto`` lists proposed hosts (absent: every host) and whose optional
+    ``veto`` lists hosts (absent: every host) and whose optional
     ``reason`` is a string; anything else in it is a hook error, since a
-    hook that cannot say what it vetoes must not be guessed at.
+    hook that cannot say what it vetoes must not be guessed at. Hosts in
+    ``veto`` that are not proposed are ignored (a guard may always name
+    the hosts it protects); when none of them is proposed, nothing is
+    vetoed.
     """
     if not text.lstrip().startswith('{'):
         return Answer(hook, veto_all=True,
@@ -110,11 +116,15 @@ def parse_veto(hook: str, text: str, proposed: frozenset[str]) -> Answer:
                                   'host names')
     if not hosts:
         return Answer(hook, error='it vetoes but its "veto" list is empty')
+    # A static guard ("never fence compute-1") names its hosts whatever
+    # is proposed: a host it names that is not proposed is simply not at
+    # stake this time, not a confused hook.
     unknown = sorted(set(hosts) - proposed)
     if unknown:
-        return Answer(hook, error='it vetoes host(s) not proposed: %s'
-                      % ', '.join(clean(h) for h in unknown[:5]))
-    return Answer(hook, veto=frozenset(hosts), reason=reason)
+        LOG.debug('hook %s names host(s) not proposed this time (ignored): '
+                  '%s', hook, ', '.join(clean(h) for h in unknown[:5]))
+    return Answer(hook, veto=frozenset(hosts) & proposed, reason=reason,
+                  not_proposed=frozenset(unknown))
 
 
 class Hook:
