@@ -60,6 +60,10 @@ DISPUTED_NO_NOVA_REASON = ('disputed: witnesses disagree and none speaks '
 _STARTED = frozenset({states.HostState.SUSPECT,
                       states.HostState.FENCE_FAILED})
 
+#: Workflow states in which we keep a host out of service until an
+#: operator hands it back (``instanceha-manage hosts clear``).
+_HELD = frozenset({states.HostState.LEFT_DISABLED, states.HostState.FAILED})
+
 #: Workflow states that are not (or no longer) a recovery in progress.
 _NOT_RECOVERING = frozenset({states.HostState.HEALTHY}) | _STARTED
 
@@ -199,7 +203,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     hosts = sorted({s.host for s in snapshot.services} | set(recovering))
     decided: dict[str, plan_mod.HostDecision] = {}
     candidates: dict[str, tuple[list[str], tuple]] = {}
-    monitored, failed, in_recovery = set(), set(), set()
+    monitored, failed, in_recovery, held = set(), set(), set(), set()
 
     for host in hosts:
         service = snapshot.service(host)
@@ -208,9 +212,14 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         reasons = list(reasons)
         rstate = recovery_state(service, recovering, host)
         if rstate is not None:
+            # Every host in a workflow is unhealthy for the gates, also
+            # those we keep out of service (left_disabled, FAILED) until
+            # an operator hands them back: else a slow cascade takes a
+            # cloud out one host at a time, each under the threshold.
             monitored.add(host)
-            if rstate is not states.HostState.LEFT_DISABLED:
-                in_recovery.add(host)
+            in_recovery.add(host)
+            if rstate in _HELD:
+                held.add(host)
             marker = _marker_reason(service)
             servers, _dropped = _eligible_servers(drivers.filters, host,
                                                   snapshot)
@@ -258,6 +267,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         judged = gate.check(gate_base.GateContext(
             snapshot=snapshot, now=now, candidates=frozenset(remaining),
             failed=frozenset(failed), recovering=frozenset(in_recovery),
+            held=frozenset(held),
             monitored=frozenset(monitored),
             started=frozenset(remaining) & started,
             reasons={h: tuple(candidates[h][0]) for h in remaining},

@@ -230,13 +230,27 @@ class TestMakePlan(testtools.TestCase):
                       '(1 failed + 2 still in recovery)', p.blocked_by[0])
         self.assertEqual(D.RECOVERING, p.decision('host1').decision)
 
-    def test_left_disabled_hosts_no_longer_count(self):
-        services, servers = cloud(4, down={'host1', 'host2'})
-        services[0] = svc('host1', state='down', status='disabled',
-                          forced_down=True, reason=states.make_marker(
-                              states.HostState.LEFT_DISABLED, NOW))
+    def test_hosts_kept_out_of_service_count_until_handed_back(self):
+        # A slow cascade must not creep under the threshold: host1 left
+        # disabled and host2 FAILED (both kept out by us) + host3 failing
+        # now = 3 of 5 > 50%.
+        services, servers = cloud(5, down={'host1', 'host2', 'host3'})
+        for i, state in ((0, states.HostState.LEFT_DISABLED),
+                         (1, states.HostState.FAILED)):
+            services[i] = svc('host%d' % (i + 1), state='down',
+                              status='disabled', forced_down=True,
+                              reason=states.make_marker(state, NOW))
         p = run(snapshot(services, servers))
-        self.assertEqual(D.RECOVER, p.decision('host2').decision)
+        self.assertEqual(D.BLOCKED, p.decision('host3').decision)
+        self.assertIn('threshold: 3 of 5 monitored hosts unhealthy (1 failed '
+                      '+ 2 kept out of service until an operator hands them '
+                      'back)', p.blocked_by[0])
+        # Handed back (hosts clear: the marker says waiting_up, which
+        # still counts until the host is up; --enable: healthy).
+        services[0] = svc('host1')
+        services[1] = svc('host2')
+        p = run(snapshot(services, servers))
+        self.assertEqual(D.RECOVER, p.decision('host3').decision)
 
     def test_operator_disabled_hosts_are_not_in_the_denominator(self):
         # 2 failed of 4 monitored = 50%, not > 50%: allowed. With the

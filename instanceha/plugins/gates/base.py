@@ -41,8 +41,9 @@ class GateContext:
     #: Every monitored host detected failed this cycle and not in
     #: recovery, whether or not the filters kept it.
     failed: frozenset[str]
-    #: Hosts in a recovery workflow that still count as unhealthy (every
-    #: state but left_disabled) until they are healthy again.
+    #: Hosts in a recovery workflow, every state (also left_disabled and
+    #: FAILED): they count as unhealthy until they are healthy again or
+    #: an operator hands them back.
     recovering: frozenset[str]
     #: Every host in scope: all nova-compute hosts except those an
     #: out-of-scope filter dropped (operator-disabled ones).
@@ -58,6 +59,9 @@ class GateContext:
     #: For each candidate, its eligible instances (what would move).
     servers: Mapping[str, tuple[model.Server, ...]] = dataclasses.field(
         default_factory=dict)
+    #: The part of ``recovering`` we keep out of service (left_disabled,
+    #: FAILED) until an operator hands it back: for the gates' messages.
+    held: frozenset[str] = frozenset()
 
     @property
     def unhealthy(self) -> frozenset[str]:

@@ -20,14 +20,17 @@ class ThresholdGate(base.Gate):
 
     numerator: monitored hosts detected failed in this cycle (whether or
     not a filter keeps them: an empty or untagged host that fails is
-    still evidence of a mass failure) plus hosts still in a recovery
-    workflow (fencing, evacuating, powering on, waiting to come up, or
-    FAILED awaiting an operator), so a slow cascade cannot creep under
-    the threshold one host at a time. Hosts kept disabled after
-    evacuation (left_disabled) no longer count.
+    still evidence of a mass failure) plus every host in a recovery
+    workflow: fencing, evacuating, powering on, waiting to come up, and
+    the hosts instanceha keeps out of service (left_disabled after
+    evacuation with ``leave_disabled``, FAILED awaiting an operator)
+    until an operator hands them back (``instanceha-manage hosts
+    clear``). A slow cascade therefore cannot creep under the threshold
+    one host at a time.
 
     denominator: monitored hosts, i.e. every nova-compute service except
-    those an operator disabled (hosts disabled by instanceha count).
+    those an operator disabled with a reason of their own (hosts disabled
+    by instanceha count, in the numerator and the denominator).
 
     Blocked when numerator * 100 > threshold * denominator (strictly more
     than ``[DEFAULT] threshold`` percent, as the seed says "exceeds").
@@ -49,8 +52,12 @@ class ThresholdGate(base.Gate):
             return base.GateVerdict()
         share = 100.0 * len(unhealthy) / total if total else 100.0
         detail = '%d failed' % len(ctx.failed)
-        if ctx.recovering:
-            detail += ' + %d still in recovery' % len(ctx.recovering)
+        active = len(ctx.recovering - ctx.held)
+        if active:
+            detail += ' + %d still in recovery' % active
+        if ctx.held:
+            detail += (' + %d kept out of service until an operator hands '
+                       'them back' % len(ctx.held))
         return base.GateVerdict(block_all=(
             '%d of %d monitored hosts unhealthy (%s) = %.0f%% > threshold '
             '%d%%: looks like a mass failure (network or control plane), '
