@@ -22,7 +22,7 @@ each one's home is recorded in its metadata (:data:`HOME_KEY`) so
 ``maintenance end --return`` can bring it back.
 
 The reason reads ``instanceha-maintenance <UTC time> [note]``. It never
-matches :func:`instanceha.engine.states.parse_marker` (that needs
+matches :meth:`instanceha.engine.marker.Marker.parse` (that needs
 ``instanceha:<state>``), which is what keeps the engine from "resuming"
 it as a recovery.
 """
@@ -35,8 +35,8 @@ import re
 import threading
 import time
 
+from instanceha.engine import marker
 from instanceha.engine import model
-from instanceha.engine import states
 from instanceha import exceptions
 
 #: Start of the disabled_reason of a host in maintenance.
@@ -45,7 +45,6 @@ REASON_PREFIX = 'instanceha-maintenance'
 HOME_KEY = 'instanceha:home'
 #: Nova's limit on disabled_reason.
 _REASON_MAX = 255
-_TS = '%Y-%m-%dT%H:%M:%SZ'
 _REASON_RE = re.compile(
     r'^%s (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)(?: (?P<note>.*))?$'
     % re.escape(REASON_PREFIX), re.DOTALL)
@@ -60,8 +59,7 @@ _MIGRATION_FAILED = frozenset({'error', 'failed', 'cancelled'})
 
 def make_reason(when: datetime.datetime, note: str = '') -> str:
     """disabled_reason text for a host in maintenance (<= 255 chars)."""
-    text = '%s %s' % (REASON_PREFIX, when.astimezone(
-        datetime.timezone.utc).strftime(_TS))
+    text = '%s %s' % (REASON_PREFIX, marker.format_ts(when))
     if note:
         text = '%s %s' % (text, ' '.join(note.split()))
     return text[:_REASON_MAX]
@@ -75,8 +73,9 @@ def parse_reason(reason: str | None
     m = _REASON_RE.match(reason.strip())
     if not m:
         return None
-    when = datetime.datetime.strptime(m.group('ts'), _TS).replace(
-        tzinfo=datetime.timezone.utc)
+    when = marker.parse_ts(m.group('ts'))
+    if when is None:
+        return None
     return when, m.group('note') or ''
 
 
@@ -132,13 +131,13 @@ class Maintenance:
     def check_startable(self, service: model.Service) -> None:
         """Refuse a host instanceha recovers, a down or foreign-disabled one."""
         host = service.host
-        marker = states.parse_marker(service.disabled_reason)
-        if service.disabled and marker:
+        parsed = marker.Marker.parse(service.disabled_reason)
+        if service.disabled and parsed:
             raise exceptions.InstanceHAError(
                 'host %s is being recovered by instanceha (marker %s since '
                 '%s): maintenance is for a healthy host; let the recovery '
                 'finish (see "instanceha-manage hosts list")' % (
-                    host, marker[0].value, marker[1].strftime(_TS)))
+                    host, parsed.state.value, marker.format_ts(parsed.when)))
         if service.forced_down or service.state != model.UP:
             raise exceptions.InstanceHAError(
                 'host %s is down (Nova state %s%s): its instances cannot be '
@@ -335,7 +334,7 @@ class Maintenance:
         return {
             'host': host,
             'maintenance': in_maintenance(service),
-            'since': parsed[0].strftime(_TS) if parsed else None,
+            'since': marker.format_ts(parsed[0]) if parsed else None,
             'note': parsed[1] if parsed else '',
             'status': service.status, 'state': service.state,
             'disabled_reason': service.disabled_reason,

@@ -26,6 +26,7 @@ import json
 
 from oslo_config import cfg
 
+from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import states
 from instanceha import exceptions
@@ -46,18 +47,20 @@ def _cloud(conf):
 
 def describe(service: model.Service) -> dict:
     """One host's row: Nova's view plus the instanceha marker, if any."""
-    parsed = states.parse_marker(service.disabled_reason)
+    parsed = marker.Marker.parse(service.disabled_reason)
     row = {
         'host': service.host,
         'status': service.status,
         'state': service.state,
         'forced_down': service.forced_down,
-        'instanceha': parsed[0].value if parsed else None,
-        'since': (parsed[1].strftime('%Y-%m-%dT%H:%M:%SZ')
-                  if parsed else None),
-        'note': parsed[2] if parsed else (service.disabled_reason or ''),
+        'instanceha': parsed.state.value if parsed else None,
+        'since': marker.format_ts(parsed.when) if parsed else None,
+        'note': (parsed.details() if parsed
+                 else (service.disabled_reason or '')),
     }
-    if parsed and parsed[0] is S.FAILED:
+    if parsed and parsed.recovery:
+        row['recovery'] = parsed.recovery
+    if parsed and parsed.state is S.FAILED:
         row['action'] = ('fix what the note names, then run '
                          '"instanceha-manage hosts clear %s"'
                          % service.host)
@@ -91,15 +94,15 @@ def clear(cloud, host: str, enable: bool, now) -> str:
     if service is None:
         raise exceptions.InstanceHAError(
             'no nova-compute service on host %r' % host)
-    parsed = states.parse_marker(service.disabled_reason)
+    parsed = marker.Marker.parse(service.disabled_reason)
     if parsed is None:
         raise exceptions.InstanceHAError(
             'host %s carries no instanceha marker (disabled_reason %r); '
             'nothing to clear' % (host, service.disabled_reason))
-    if parsed[0] not in CLEARABLE:
+    if parsed.state not in CLEARABLE:
         raise exceptions.InstanceHAError(
             'host %s is %s: its recovery is still running; clear only a '
-            'host marked %s' % (host, parsed[0].value, ', '.join(
+            'host marked %s' % (host, parsed.state.value, ', '.join(
                 s.value for s in CLEARABLE[:-1]) + ' or ' +
                 CLEARABLE[-1].value))
     try:
@@ -109,8 +112,10 @@ def clear(cloud, host: str, enable: bool, now) -> str:
             return 'host %s enabled, forced_down cleared' % host
         cloud.update_service(
             service, status=model.DISABLED, forced_down=False,
-            disabled_reason=states.make_marker(S.WAITING_UP, now,
-                                               'cleared by operator'))
+            disabled_reason=parsed.replace(
+                state=S.WAITING_UP, when=now, spare=None, gave_up=(),
+                stopped=False,
+                note='cleared by operator').render())
     except exceptions.CloudError as exc:
         raise exceptions.InstanceHAError(
             'Nova refused to clear host %s: %s (a host whose evacuated '

@@ -32,6 +32,7 @@ Failed hosts dropped in step 4 still count as failed for the gates.
 from collections.abc import Mapping
 import datetime
 
+from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import states
@@ -125,20 +126,21 @@ def recovery_state(service: model.Service | None,
     """
     state = recovering.get(host)
     if state is None and service is not None and service.disabled:
-        parsed = states.parse_marker(service.disabled_reason)
-        state = parsed[0] if parsed else None
+        parsed = marker.Marker.parse(service.disabled_reason)
+        state = parsed.state if parsed else None
     if state is None or state in _NOT_RECOVERING:
         return None
     return state
 
 
 def _marker_reason(service: model.Service | None) -> str | None:
-    parsed = states.parse_marker(service.disabled_reason if service
+    parsed = marker.Marker.parse(service.disabled_reason if service
                                  else None)
     if not parsed:
         return None
-    state, when, note = parsed
-    text = 'marker %s since %s' % (state.value, when.isoformat())
+    note = parsed.details()
+    text = 'marker %s since %s' % (parsed.state.value,
+                                   parsed.when.isoformat())
     return '%s (%s)' % (text, note) if note else text
 
 

@@ -30,7 +30,6 @@ where the previous one stopped, and ``openstack compute service list
 
 import datetime
 import enum
-import re
 
 
 class HostState(str, enum.Enum):
@@ -90,43 +89,26 @@ def check_transition(host: str, old: HostState, new: HostState) -> None:
 
 
 # -- markers in Nova's disabled_reason ------------------------------------
+# The codec is instanceha.engine.marker; these two keep the older
+# (state, time, note) interface for callers that need nothing more.
 
 MARKER_PREFIX = 'instanceha'
-_MARKER_RE = re.compile(
-    r'^%s:(?P<state>[a-z_]+) (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)'
-    r'(?: (?P<note>.*))?$' % MARKER_PREFIX, re.DOTALL)
-_TS = '%Y-%m-%dT%H:%M:%SZ'
 
 
 def make_marker(state: HostState, when: datetime.datetime,
                 note: str = '') -> str:
-    """Text for ``disabled_reason``: state, UTC time stamp, free note.
-
-    FAILED is written in capitals after the prefix's state so it stands
-    out in a service listing.
-    """
-    ts = when.astimezone(datetime.timezone.utc).strftime(_TS)
-    text = '%s:%s %s' % (MARKER_PREFIX, state.value, ts)
-    if state is S.FAILED:
-        text += ' FAILED'
-    return '%s %s' % (text, note) if note else text
+    """Text for ``disabled_reason``: state, UTC time stamp, free note."""
+    from instanceha.engine import marker
+    return marker.Marker.parse(
+        marker.Marker(state=state, when=when).render() +
+        (' ' + note if note else '')).render()
 
 
 def parse_marker(reason: str | None
                  ) -> tuple[HostState, datetime.datetime, str] | None:
-    """(state, time stamp, note) from a marker, or None if not ours."""
-    if not reason:
+    """(state, time stamp, fields and note); None if not our marker."""
+    from instanceha.engine import marker
+    parsed = marker.Marker.parse(reason)
+    if parsed is None:
         return None
-    m = _MARKER_RE.match(reason.strip())
-    if not m:
-        return None
-    try:
-        state = HostState(m.group('state'))
-    except ValueError:
-        return None
-    when = datetime.datetime.strptime(m.group('ts'), _TS).replace(
-        tzinfo=datetime.timezone.utc)
-    note = m.group('note') or ''
-    if state is S.FAILED and note.startswith('FAILED'):
-        note = note[len('FAILED'):].lstrip()
-    return state, when, note
+    return parsed.state, parsed.when, parsed.details()

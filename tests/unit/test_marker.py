@@ -1,0 +1,114 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+import datetime
+
+import testtools
+
+from instanceha.engine import marker
+from instanceha.engine.marker import Marker
+from instanceha.engine import states
+from instanceha.engine.states import HostState as S
+
+NOW = datetime.datetime(2026, 11, 29, 12, 0, 5,
+                        tzinfo=datetime.timezone.utc)
+FENCED = datetime.datetime(2026, 11, 29, 11, 58, 0,
+                           tzinfo=datetime.timezone.utc)
+
+
+class TestMarker(testtools.TestCase):
+
+    def test_round_trip_every_field(self):
+        for state in S:
+            m = Marker(state=state, when=NOW, fenced_at=FENCED,
+                       spare='spare-1', kdump=True, recovery='r-1a2b',
+                       gave_up=('0a1b2c3d4e5f', 'ffee00112233'),
+                       stopped=True, note='2 instance(s) not evacuated')
+            text = m.render()
+            self.assertLessEqual(len(text), marker.MAX_LENGTH)
+            self.assertEqual(m, Marker.parse(text))
+
+    def test_failed_stands_out(self):
+        text = Marker(state=S.FAILED, when=NOW, note='x').render()
+        self.assertTrue(text.startswith(
+            'instanceha:failed 2026-11-29T12:00:05Z FAILED '), text)
+
+    def test_long_note_is_cut_fields_kept(self):
+        m = Marker(state=S.FAILED, when=NOW, spare='s1', recovery='r1',
+                   note='ids: ' + ','.join(['x' * 36] * 20))
+        text = m.render()
+        self.assertEqual(marker.MAX_LENGTH, len(text))
+        parsed = Marker.parse(text)
+        self.assertEqual(('s1', 'r1'), (parsed.spare, parsed.recovery))
+        self.assertTrue(parsed.note.endswith('...'))
+
+    def test_markers_of_the_previous_version_are_adopted(self):
+        # Literal disabled_reason texts written by the previous version.
+        cases = {
+            'instanceha:evacuating 2026-01-01T00:01:46Z '
+            'fenced_at=2026-01-01T00:01:46Z spare=spare-2 kdump=yes':
+                (S.EVACUATING, '2026-01-01T00:01:46Z', 'spare-2', True, ''),
+            'instanceha:fenced 2026-01-01T00:01:46Z '
+            'fenced_at=2026-01-01T00:01:46Z':
+                (S.FENCED, '2026-01-01T00:01:46Z', None, False, ''),
+            'instanceha:waiting_up 2026-01-01T00:06:23Z '
+            'fenced_at=2026-01-01T00:05:51Z':
+                (S.WAITING_UP, '2026-01-01T00:05:51Z', None, False, ''),
+            'instanceha:waiting_up 2026-01-01T00:06:23Z cleared by '
+            'operator': (S.WAITING_UP, None, None, False,
+                         'cleared by operator'),
+            'instanceha:failed 2026-01-01T00:04:03Z FAILED 1 instance(s) '
+            'not evacuated; fix them, then run "instanceha-manage hosts '
+            'clear compute-1"; ids: vm-1b':
+                (S.FAILED, None, None, False,
+                 '1 instance(s) not evacuated; fix them, then run '
+                 '"instanceha-manage hosts clear compute-1"; ids: vm-1b'),
+            'instanceha:evacuated 2026-01-01T00:04:03Z': (
+                S.EVACUATED, None, None, False, ''),
+        }
+        for text, (state, fenced_at, spare, kdump, note) in cases.items():
+            m = Marker.parse(text)
+            self.assertIsNotNone(m, text)
+            self.assertEqual(state, m.state)
+            self.assertEqual(fenced_at, m.fenced_at and marker.format_ts(
+                m.fenced_at))
+            self.assertEqual((spare, kdump, note), (m.spare, m.kdump,
+                                                    m.note))
+            self.assertIsNone(m.recovery)
+            # Written back unchanged: the codec loses nothing.
+            self.assertEqual(text, m.render())
+
+    def test_unknown_fields_are_kept(self):
+        text = 'instanceha:evacuating 2026-01-01T00:01:46Z later=v2 spare=s'
+        m = Marker.parse(text)
+        self.assertEqual((('later', 'v2'),), m.extra)
+        self.assertEqual('s', m.spare)
+        self.assertEqual(Marker.parse(m.render()), m)
+
+    def test_foreign_reasons_are_not_markers(self):
+        for text in (None, '', 'maintenance by bob',
+                     'instanceha-maintenance 2026-11-29T12:00:05Z',
+                     'instanceha:bogus 2026-11-29T12:00:05Z',
+                     'instanceha:fenced 2026-13-45T12:00:05Z',
+                     'instanceha:fenced yesterday'):
+            self.assertIsNone(Marker.parse(text), text)
+
+    def test_states_wrappers_use_the_codec(self):
+        text = states.make_marker(S.EVACUATING, NOW, 'spare=h2')
+        self.assertEqual('h2', Marker.parse(text).spare)
+        self.assertEqual((S.EVACUATING, NOW, 'spare=h2'),
+                         states.parse_marker(text))
+
+    def test_timestamp_format_written_once(self):
+        self.assertEqual('2026-11-29T12:00:05Z', marker.format_ts(NOW))
+        self.assertEqual(NOW, marker.parse_ts('2026-11-29T12:00:05Z'))
+        self.assertIsNone(marker.parse_ts('noon'))
