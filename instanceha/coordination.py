@@ -360,6 +360,15 @@ class ToozCoordinator(ports.Coordinator):
     def is_leader(self) -> bool:
         return not self._stopping and self._clock() < self._valid_until
 
+    def proven_for(self) -> float:
+        """Seconds until leadership could lapse (0 when not leader).
+
+        Side effects are bounded by it, so none can outlive the lease.
+        """
+        if self._stopping:
+            return 0.0
+        return max(0.0, self._valid_until - self._clock())
+
     @contextlib.contextmanager
     def host_lock(self, host: str, timeout: float | None = None
                   ) -> Iterator[None]:

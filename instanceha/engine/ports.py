@@ -22,10 +22,15 @@ the same in both and never imports a client library or a socket.
 import abc
 from collections.abc import Callable
 import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
 import datetime
+import math
+import time
 
 from instanceha.engine import model
+from instanceha import exceptions
 
 
 class CloudPort(abc.ABC):
@@ -116,6 +121,19 @@ class FenceResult:
     kdump: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class PowerReading:
+    """What a host's fencing devices say about its power now."""
+
+    host: str
+    #: True only when every device of one level reported off.
+    off: bool
+    #: True when a device that could tell reported the host on.
+    on: bool = False
+    #: For the log: which devices said what, or why nothing could be read.
+    detail: str = ''
+
+
 class Fencer(abc.ABC):
     """Fences and unfences hosts through their configured devices."""
 
@@ -135,6 +153,16 @@ class Fencer(abc.ABC):
     def unfence(self, host: str) -> FenceResult:
         """Power the host back on through the level that fenced it."""
 
+    def power_state(self, host: str) -> PowerReading:
+        """Read the host's power through its fencing devices (no change).
+
+        The engine asks before every evacuation call: the host must be
+        proven off *now*, not only when it was fenced. A fencer that
+        cannot read power proves nothing.
+        """
+        return PowerReading(host=host, off=False,
+                            detail='this fencer cannot read power state')
+
 
 class Coordinator(abc.ABC):
     """Leader election and per-host locks (R14)."""
@@ -145,6 +173,16 @@ class Coordinator(abc.ABC):
 
         Checked before every destructive step; must be cheap.
         """
+
+    def proven_for(self) -> float:
+        """Seconds from now for which this copy's leadership is proven.
+
+        0 when it is not the leader. A side effect started now must end
+        within this time (its time-out is bounded by it), so that it can
+        never outlive the lease. Coordinators without leases prove it
+        without end.
+        """
+        return math.inf if self.is_leader() else 0.0
 
     @abc.abstractmethod
     def host_lock(self, host: str):
@@ -185,6 +223,167 @@ class KdumpWatch(abc.ABC):
         """When ``host`` last sent a kdump message; None if never."""
 
 
+# -- the leadership guard ----------------------------------------------------
+
+#: Below this many seconds of proven leadership no side effect starts.
+MIN_PROVEN = 0.5
+
+_call_deadline: contextvars.ContextVar[float | None] = \
+    contextvars.ContextVar('instanceha_call_deadline', default=None)
+
+
+def call_budget(default: float | None = None) -> float | None:
+    """Seconds the side effect being made now may still take.
+
+    Set by :class:`LeaderGuard` around every guarded call; an adapter
+    that talks to the world (Nova's HTTP session, a BMC client) bounds
+    its time-out by it, so that no call outlives the proven lease.
+    ``default`` outside a guarded call.
+    """
+    deadline = _call_deadline.get()
+    if deadline is None:
+        return default
+    return max(0.0, deadline - time.monotonic())
+
+
+class LeaderGuard:
+    """The one gate every side effect passes (R14: only the leader acts).
+
+    Checked at the moment of the call, not when the step was planned: a
+    job queued while this copy led, a fencing chain walking to its next
+    level, a shutdown's clean-up all come through here. The call gets
+    a budget (:func:`call_budget`) that ends before leadership could.
+    """
+
+    def __init__(self, coordinator: Coordinator):
+        self.coordinator = coordinator
+        self._halted: str | None = None
+
+    def halt(self, why: str) -> None:
+        """Refuse every side effect from now on (a stopping copy)."""
+        self._halted = why
+
+    @property
+    def halted(self) -> bool:
+        return self._halted is not None
+
+    def check(self, what: str) -> float:
+        """Seconds ``what`` may take; raises when it must not happen."""
+        if self._halted is not None:
+            raise exceptions.CoordinationError(
+                '%s refused: this copy is %s' % (what, self._halted))
+        proven = self.coordinator.proven_for()
+        if proven < MIN_PROVEN or not self.coordinator.is_leader():
+            raise exceptions.CoordinationError(
+                '%s refused: this copy is not the leader now' % what)
+        return proven
+
+    @contextlib.contextmanager
+    def effect(self, what: str):
+        """Run the body as one guarded side effect with a bounded budget."""
+        proven = self.check(what)
+        deadline = (time.monotonic() + proven if math.isfinite(proven)
+                    else None)
+        outer = _call_deadline.get()
+        if outer is not None and (deadline is None or outer < deadline):
+            deadline = outer
+        token = _call_deadline.set(deadline)
+        try:
+            yield proven
+        finally:
+            _call_deadline.reset(token)
+
+    def device_check(self, host: str, device: str, action: str) -> float:
+        """The hook a fencing topology calls before each device operation.
+
+        Returns the seconds the operation may take (its time-out is
+        bounded by it).
+        """
+        return self.check('power %s of %s through %s' % (action, host,
+                                                         device))
+
+
+def _guarded(name: str, what: Callable[..., str]):
+    """A port method that passes the guard, then the inner port's."""
+    def method(self, *args, **kwargs):
+        with self._guard.effect(what(*args, **kwargs)):
+            return getattr(self._inner, name)(*args, **kwargs)
+    method.__name__ = name
+    method.guarded = True
+    return method
+
+
+def _read(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(self._inner, name)(*args, **kwargs)
+    method.__name__ = name
+    method.guarded = False
+    return method
+
+
+class _Wrapper:
+    _inner: object
+
+    def __getattr__(self, name):
+        # Anything that is not a port method (counters, test hooks).
+        return getattr(self._inner, name)
+
+
+class GuardedCloud(_Wrapper, CloudPort):
+    """The cloud port with every write behind the leadership guard."""
+
+    def __init__(self, inner: CloudPort, guard: LeaderGuard):
+        self._inner = inner
+        self._guard = guard
+
+    @property
+    def api_calls(self) -> int:  # type: ignore[override]
+        return self._inner.api_calls
+
+    snapshot = _read('snapshot')
+    get_server = _read('get_server')
+    migrations = _read('migrations')
+    update_service = _guarded(
+        'update_service',
+        lambda service, **kw: 'update of the service of %s' % service.host)
+    evacuate = _guarded('evacuate',
+                        lambda server_id, **kw: 'evacuate %s' % server_id)
+    set_server_lock = _guarded(
+        'set_server_lock', lambda server_id, locked, *a, **kw: '%s %s' % (
+            'lock' if locked else 'unlock', server_id))
+    stop_server = _guarded('stop_server',
+                           lambda server_id: 'stop %s' % server_id)
+    reset_server_state = _guarded(
+        'reset_server_state', lambda server_id, state: 'reset-state %s' %
+        server_id)
+
+
+class GuardedFencer(_Wrapper, Fencer):
+    """The fencer port with every power change behind the guard.
+
+    The whole call is checked, and so is each device operation of each
+    level, through the inner fencer's ``device_guard`` hook.
+    """
+
+    def __init__(self, inner: Fencer, guard: LeaderGuard):
+        self._inner = inner
+        self._guard = guard
+        if hasattr(inner, 'device_guard'):
+            inner.device_guard = guard.device_check
+
+    configured = _read('configured')
+    power_state = _read('power_state')
+    fence = _guarded('fence', lambda host: 'fencing of %s' % host)
+    unfence = _guarded('unfence', lambda host: 'power-on of %s' % host)
+
+
+#: Port methods that change nothing (everything else must be guarded).
+READ_ONLY = {
+    CloudPort: frozenset({'snapshot', 'get_server', 'migrations'}),
+    Fencer: frozenset({'configured', 'power_state'}),
+}
+
+
 @dataclasses.dataclass
 class Environment:
     """Everything the engine may use, bundled."""
@@ -197,3 +396,14 @@ class Environment:
     executor: Executor
     #: Set when kdump checking is on.
     kdump: KdumpWatch | None = None
+    #: Built from the coordinator; the cloud and fencer given are wrapped
+    #: so that every side effect passes it (nothing can forget it).
+    guard: LeaderGuard | None = None
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = LeaderGuard(self.coordinator)
+        if not isinstance(self.cloud, GuardedCloud):
+            self.cloud = GuardedCloud(self.cloud, self.guard)
+        if not isinstance(self.fencer, GuardedFencer):
+            self.fencer = GuardedFencer(self.fencer, self.guard)

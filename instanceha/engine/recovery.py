@@ -55,6 +55,7 @@ import logging
 
 from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
@@ -191,11 +192,18 @@ class Engine:
         return any(wf.future is not None for wf in self._all())
 
     def tick(self) -> None:
-        """One step; never blocks on slow work."""
-        self._harvest()
+        """One step; never blocks on slow work.
+
+        Results of finished jobs are applied only while this copy leads:
+        a copy that lost its lease forgets them and, leading again,
+        resumes from Nova's markers.
+        """
         if self._stopping:
+            self._harvest(apply=False)
             return
-        if not self._check_leadership():
+        leader = self._check_leadership()
+        self._harvest(apply=leader)
+        if not leader:
             return
         now = self.env.clock.monotonic()
         if self._next_poll is None or now >= self._next_poll:
@@ -208,11 +216,13 @@ class Engine:
     def shutdown(self, timeout: float) -> None:
         """Stop taking new work; let running jobs reach their end.
 
-        Nothing is marked FAILED: the markers in Nova stay as they are and
-        the next start (or another leader) resumes from them. Instances
-        locked but not being rebuilt are unlocked.
+        A stopping copy changes nothing any more (the leadership guard
+        refuses every side effect from here on, clean-ups included):
+        the markers in Nova and our locks on instances stay as they are,
+        and the next start (or another leader) resumes from them.
         """
         self._stopping = True
+        self.env.guard.halt('stopping')
         deadline = self.env.clock.monotonic() + timeout
         running = sorted(wf.host for wf in self._all() if wf.future)
         self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
@@ -222,13 +232,6 @@ class Engine:
                 break
             self.env.clock.sleep(0.1)
         self._harvest(apply=False)
-        for wf in self._all():
-            if wf.job is not None and wf.future is None:
-                try:
-                    wf.job.release(self.env)
-                except exceptions.InstanceHAError as exc:
-                    LOG.warning('host %s: could not unlock instances on '
-                                'shutdown: %s', wf.host, exc)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -295,6 +298,8 @@ class Engine:
                 continue
             wf.future, on_done, wf.on_done = None, wf.on_done, None
             wf.budget = 0
+            if not apply:
+                continue  # forgotten: the next leader resumes from Nova
             exc = fut.exception()
             if exc is not None:
                 # Back off while it keeps failing (Nova down for an hour
@@ -312,7 +317,7 @@ class Engine:
                 wf.retry_at = self.env.clock.monotonic() + wait
                 continue
             wf.step_errors = 0
-            if apply and on_done is not None:
+            if on_done is not None:
                 on_done(fut.result())
 
     def _service(self, host: str) -> model.Service:
@@ -322,16 +327,16 @@ class Engine:
                                         'listed by Nova' % host)
         return svc
 
-    def _mark(self, host: str, state: HostState, note: str = '',
+    def _mark(self, wf: HostWorkflow, state: HostState, note: str = '',
               **changes) -> None:
         """Write our marker (and other changes) to the host's service."""
         if not self.env.coordinator.is_leader():
             raise exceptions.CoordinationError(
-                'not the leader: %s left unchanged' % host)
-        reason = states.make_marker(state, self.env.clock.now(), note)
+                'not the leader: %s left unchanged' % wf.host)
+        reason = self._marker(wf, state, note).render()
         # Nova takes a disabled_reason only together with status=disabled.
         changes.setdefault('status', model.DISABLED)
-        self.env.cloud.update_service(self._service(host),
+        self.env.cloud.update_service(self._service(wf.host),
                                       disabled_reason=reason, **changes)
 
     def _backoff(self, attempts: int) -> float:
@@ -517,28 +522,21 @@ class Engine:
     def _adopt(self, snapshot: model.Snapshot) -> None:
         """Resume hosts whose Nova marker says a recovery is under way."""
         for svc in sorted(snapshot.services, key=lambda s: s.host):
-            parsed = (states.parse_marker(svc.disabled_reason)
+            parsed = (marker_mod.Marker.parse(svc.disabled_reason)
                       if svc.disabled else None)
             wf = self._workflows.get(svc.host)
             if wf is not None:
                 self._handed_back(wf, svc, parsed)
                 continue
-            if parsed is None or parsed[0] not in RESUMABLE:
+            if parsed is None or parsed.state not in RESUMABLE:
                 continue
-            state, when, note = parsed
-            fields = dict(part.split('=', 1) for part in note.split()
-                          if '=' in part)
+            state, when = parsed.state, parsed.when
             wf = HostWorkflow(host=svc.host, state=state, entered=when,
                               detected=when, resumed=True,
                               servers=tuple(snapshot.servers_on(svc.host)),
-                              spare=fields.get('spare') or None,
-                              kdump=fields.get('kdump') == 'yes',
-                              since=when - MIGRATION_SLACK)
-            if 'fenced_at' in fields:
-                parsed_at = states.parse_marker(
-                    'instanceha:fenced %s' % fields['fenced_at'])
-                if parsed_at:
-                    wf.since = parsed_at[1] - MIGRATION_SLACK
+                              spare=parsed.spare, kdump=parsed.kdump,
+                              since=(parsed.fenced_at or when) -
+                              MIGRATION_SLACK)
             if wf.spare:
                 self.drivers.reservation.adopt(svc.host, wf.spare)
             self._workflows[svc.host] = wf
@@ -565,7 +563,7 @@ class Engine:
         if wf.future is not None or wf.state not in (
                 S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
             return
-        marker = parsed[0] if parsed else None
+        marker = parsed.state if parsed else None
         if marker is S.WAITING_UP:
             if wf.state is not S.WAITING_UP:
                 self._transition(wf, S.WAITING_UP,
@@ -692,18 +690,17 @@ class Engine:
         if not self.conf.disabled:  # else held here (detect-only mode)
             self._step_fenced(wf)
 
-    def _note(self, wf: HostWorkflow) -> str:
-        """Marker note carrying what a restarted engine needs to resume."""
-        parts = []
-        if wf.since:
-            when = (wf.since + MIGRATION_SLACK).astimezone(
-                datetime.timezone.utc)
-            parts.append('fenced_at=%s' % when.strftime('%Y-%m-%dT%H:%M:%SZ'))
-        if wf.spare:
-            parts.append('spare=%s' % wf.spare)
-        if wf.kdump:
-            parts.append('kdump=yes')
-        return ' '.join(parts)
+    def _marker(self, wf: HostWorkflow, state: HostState,
+                note: str = '') -> marker_mod.Marker:
+        """The marker of ``wf`` in ``state``: what a resumed copy needs."""
+        if state is S.FAILED:
+            # An operator's note only (the workflow ends here).
+            return marker_mod.Marker(state=state, when=self.env.clock.now(),
+                                     note=note[:200])
+        return marker_mod.Marker(
+            state=state, when=self.env.clock.now(),
+            fenced_at=(wf.since + MIGRATION_SLACK) if wf.since else None,
+            spare=wf.spare, kdump=wf.kdump, note=note)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
         """Force down + disable with a marker (R10), then claim a spare."""
@@ -715,11 +712,11 @@ class Engine:
             wf.since = self.env.clock.now() - MIGRATION_SLACK
 
         def mark():
-            self._mark(wf.host, S.FENCED, self._note(wf), forced_down=True)
+            self._mark(wf, S.FENCED, forced_down=True)
             spare = wf.spare or reservation.reserve(self.env, wf.host,
                                                     snapshot)
             wf.spare = spare
-            self._mark(wf.host, S.EVACUATING, self._note(wf))
+            self._mark(wf, S.EVACUATING)
             return spare
 
         def done(spare):
@@ -794,7 +791,7 @@ class Engine:
                     '"instanceha-manage hosts clear %s"; ids: %s' % (
                         len(failed), wf.host, ','.join(failed)))
         else:
-            note = self._note(wf)
+            note = ''
 
         def finish():
             if release:
@@ -802,9 +799,9 @@ class Engine:
             elif spare:
                 reservation.forget(spare)
             if give_up:
-                self._mark(wf.host, S.FAILED, note[:200])
+                self._mark(wf, S.FAILED, note)
             else:
-                self._mark(wf.host, S.EVACUATED, note)
+                self._mark(wf, S.EVACUATED)
 
         def done(_):
             if release:
@@ -831,8 +828,7 @@ class Engine:
         if not self.env.coordinator.is_leader():
             return
         if self.conf.leave_disabled:
-            self._submit(wf, lambda: self._mark(wf.host, S.LEFT_DISABLED,
-                                                self._note(wf)),
+            self._submit(wf, lambda: self._mark(wf, S.LEFT_DISABLED),
                          lambda _: self._transition(wf, S.LEFT_DISABLED))
             return
         if wf.kdump:
@@ -844,12 +840,11 @@ class Engine:
                 seconds=self._kdump_opt('message_timeout', 30))
             if last is not None and self.env.clock.now() - last < quiet:
                 return
-            self._submit(wf, lambda: self._mark(
-                wf.host, S.WAITING_UP, self._note(wf)),
-                lambda _: self._transition(wf, S.WAITING_UP, kdump=True))
+            self._submit(wf, lambda: self._mark(wf, S.WAITING_UP),
+                         lambda _: self._transition(wf, S.WAITING_UP,
+                                                    kdump=True))
             return
-        self._submit(wf, lambda: self._mark(wf.host, S.POWERING_ON,
-                                            self._note(wf)),
+        self._submit(wf, lambda: self._mark(wf, S.POWERING_ON),
                      lambda _: self._transition(wf, S.POWERING_ON))
 
     def _step_powering_on(self, wf: HostWorkflow) -> None:
@@ -859,7 +854,7 @@ class Engine:
 
         def power_on():
             result = fencer.unfence(wf.host)
-            self._mark(wf.host, S.WAITING_UP, self._note(wf))
+            self._mark(wf, S.WAITING_UP)
             return result
 
         def done(result):
@@ -883,7 +878,7 @@ class Engine:
     def _fail(self, wf: HostWorkflow, why: str) -> None:
         action = 'power %s on and check it, then run "instanceha-manage ' \
                  'hosts clear %s"' % (wf.host, wf.host)
-        self._submit(wf, lambda: self._mark(wf.host, S.FAILED,
+        self._submit(wf, lambda: self._mark(wf, S.FAILED,
                                             ('%s; %s' % (why, action))[:200]),
                      lambda _: self._transition(wf, S.FAILED, reason=why,
                                                 action=action))
@@ -906,7 +901,7 @@ class Engine:
             # after a restart), whatever an older snapshot says.
             def clear():
                 try:
-                    self._mark(wf.host, S.WAITING_UP, self._note(wf),
+                    self._mark(wf, S.WAITING_UP,
                                forced_down=False)
                 except exceptions.CloudError as exc:
                     return exc

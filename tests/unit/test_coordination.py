@@ -77,6 +77,16 @@ class CoordinatorTest(testtools.TestCase):
         self.clock.now += 0.002
         self.assertFalse(a.is_leader())
 
+    def test_proven_for_counts_down_to_the_margin(self):
+        a = self.copy('a')
+        self.assertEqual(0.0, a.proven_for())
+        a.beat_once()
+        self.assertAlmostEqual(12.0, a.proven_for(), places=3)
+        self.clock.now += 11.5
+        self.assertAlmostEqual(0.5, a.proven_for(), places=3)
+        self.clock.now += 1
+        self.assertEqual(0.0, a.proven_for())
+
     def test_refresh_extends_from_the_time_it_was_sent(self):
         a = self.copy('a')
         a.beat_once()

@@ -449,6 +449,10 @@ class EvacuationJob:
     def step(self, ctx: StepContext) -> Progress:
         """Check running evacuations, then start up to ``ctx.budget``."""
         env = ctx.env
+        if env.guard is not None:
+            # A job queued while this copy led may run after it stopped
+            # leading: it then neither acts nor tells a story.
+            env.guard.check('evacuation step of %s' % self.host)
         records = None
         if not self._classified:
             records = self._records(env)

@@ -56,6 +56,10 @@ class Topology(ports.Fencer):
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
         self._ambiguous: set[str] = set()
+        #: Called before each device operation as ``(host, device,
+        #: action)``; returns the seconds it may take or raises (the
+        #: engine's leadership guard installs itself here).
+        self.device_guard = None
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> 'Topology':
@@ -121,6 +125,9 @@ class Topology(ports.Fencer):
                     drv, 'chain timeout ([fencing] chain_timeout = %ds) '
                     'reached before power %s' % (
                         self.conf.fencing.chain_timeout, action))
+            if self.device_guard is not None:
+                left = min(left, self.device_guard(drv.host, drv.device,
+                                                   action))
             try:
                 if action == 'off':
                     drv.power_off(timeout=min(drv.timeout, left))

@@ -1,0 +1,177 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Every side effect of the ports passes the leadership guard.
+
+The ports are enumerated by introspection: a method added to CloudPort or
+Fencer later is either declared read-only or must be guarded, or these
+tests fail.
+"""
+
+import contextlib
+import inspect
+import math
+
+import testtools
+
+from instanceha.engine import executor
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha import exceptions
+
+
+class Coordinator(ports.Coordinator):
+    def __init__(self, proven=math.inf):
+        self.proven = proven
+
+    def is_leader(self):
+        return self.proven > 0
+
+    def proven_for(self):
+        return self.proven
+
+    @contextlib.contextmanager
+    def host_lock(self, host):
+        yield
+
+
+class Recorder:
+    """Stands in for any port: records calls and the budget they had."""
+
+    api_calls = 0
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def method(*args, **kwargs):
+            self.calls.append((name, ports.call_budget()))
+        return method
+
+
+def port_methods(cls) -> set[str]:
+    """Every public method a port declares (abstract or not)."""
+    return {name for name, member in inspect.getmembers(cls)
+            if not name.startswith('_') and callable(member)}
+
+
+SERVICE = model.Service(id='1', host='h1', state='down', status='enabled')
+
+ARGS = {
+    'update_service': ((SERVICE,), {'status': 'disabled'}),
+    'evacuate': (('s1',), {}),
+    'set_server_lock': (('s1', True, 'r'), {}),
+    'stop_server': (('s1',), {}),
+    'reset_server_state': (('s1', 'error'), {}),
+    'fence': (('h1',), {}),
+    'unfence': (('h1',), {}),
+}
+
+
+def make_env(coordinator):
+    return ports.Environment(
+        cloud=Recorder(), clock=None, fencer=Recorder(),
+        coordinator=coordinator, events=None,
+        executor=executor.InlineExecutor())
+
+
+class TestGuard(testtools.TestCase):
+
+    def mutating(self, port_cls):
+        return sorted(port_methods(port_cls) - ports.READ_ONLY[port_cls])
+
+    def test_every_mutating_method_is_known_here(self):
+        # A new mutating port method needs a guard and a line in ARGS.
+        for cls in (ports.CloudPort, ports.Fencer):
+            for name in self.mutating(cls):
+                self.assertIn(name, ARGS, '%s.%s' % (cls.__name__, name))
+
+    def test_wrappers_guard_every_mutating_method(self):
+        for cls, wrapper in ((ports.CloudPort, ports.GuardedCloud),
+                             (ports.Fencer, ports.GuardedFencer)):
+            self.assertEqual(set(), set(getattr(
+                wrapper, '__abstractmethods__', ())))
+            for name in port_methods(cls):
+                method = getattr(wrapper, name)
+                self.assertIsNot(getattr(cls, name), method,
+                                 '%s.%s is not wrapped' % (
+                                     wrapper.__name__, name))
+                self.assertEqual(name not in ports.READ_ONLY[cls],
+                                 getattr(method, 'guarded', None), name)
+
+    def each_call(self, env):
+        for cls, port in ((ports.CloudPort, env.cloud),
+                          (ports.Fencer, env.fencer)):
+            for name in self.mutating(cls):
+                args, kwargs = ARGS[name]
+                yield name, lambda: getattr(port, name)(*args, **kwargs)
+
+    def test_a_follower_changes_nothing(self):
+        env = make_env(Coordinator(proven=0))
+        for name, call in self.each_call(env):
+            self.assertRaises(exceptions.CoordinationError, call)
+        self.assertEqual([], env.cloud._inner.calls)
+        self.assertEqual([], env.fencer._inner.calls)
+
+    def test_leadership_about_to_lapse_changes_nothing(self):
+        env = make_env(Coordinator(proven=ports.MIN_PROVEN / 2))
+        for name, call in self.each_call(env):
+            self.assertRaises(exceptions.CoordinationError, call)
+        self.assertEqual([], env.cloud._inner.calls)
+
+    def test_a_stopping_copy_changes_nothing(self):
+        env = make_env(Coordinator())
+        env.guard.halt('stopping')
+        for name, call in self.each_call(env):
+            self.assertRaises(exceptions.CoordinationError, call)
+        self.assertEqual([], env.cloud._inner.calls)
+        self.assertEqual([], env.fencer._inner.calls)
+
+    def test_the_leader_acts_within_its_lease(self):
+        env = make_env(Coordinator(proven=7.0))
+        for name, call in self.each_call(env):
+            call()
+        calls = env.cloud._inner.calls + env.fencer._inner.calls
+        self.assertEqual(sorted(ARGS), sorted(n for n, _ in calls))
+        for name, budget in calls:
+            self.assertLessEqual(budget, 7.0, name)
+            self.assertGreater(budget, 6.0, name)
+        self.assertIsNone(ports.call_budget())
+
+    def test_reads_need_no_leadership(self):
+        env = make_env(Coordinator(proven=0))
+        env.cloud.snapshot()
+        env.cloud.migrations(source_host='h1')
+        env.fencer.power_state('h1')
+        self.assertEqual(['snapshot', 'migrations'],
+                         [n for n, _ in env.cloud._inner.calls])
+
+    def test_wrapping_happens_once(self):
+        env = make_env(Coordinator())
+        again = ports.Environment(
+            cloud=env.cloud, clock=None, fencer=env.fencer,
+            coordinator=env.coordinator, events=None,
+            executor=env.executor, guard=env.guard)
+        self.assertIs(env.cloud, again.cloud)
+
+    def test_device_hook_is_installed(self):
+        class Topology(Recorder):
+            device_guard = None
+        inner = Topology()
+        env = ports.Environment(
+            cloud=Recorder(), clock=None, fencer=inner,
+            coordinator=Coordinator(proven=3.0), events=None,
+            executor=executor.InlineExecutor())
+        self.assertEqual(3.0, inner.device_guard('h1', 'pdu', 'off'))
+        env.guard.halt('stopping')
+        self.assertRaises(exceptions.CoordinationError,
+                          inner.device_guard, 'h1', 'pdu', 'off')
