@@ -60,9 +60,23 @@ OPTS = [
                      'An instance that was already locked is left as it '
                      'is.'),
     cfg.StrOpt('priority_key', default='instanceha:priority',
-               help='Server metadata key holding an integer restart '
-                    'priority for the orchestrated strategy (higher first; '
-                    'missing or malformed: 0).'),
+               help='Key holding an integer restart priority for the '
+                    'orchestrated strategy (higher first; missing or '
+                    'malformed: 0), looked up in priority_sources.'),
+    cfg.ListOpt('priority_sources', default=['flavor'],
+                item_type=cfg.types.String(choices=[
+                    ('flavor', 'the flavor\'s extra specs (set by '
+                               'operators)'),
+                    ('server', 'the server\'s metadata: WRITABLE BY THE '
+                               'TENANT who owns the instance')]),
+                help='Where the orchestrated strategy reads each '
+                     'instance\'s priority_key, first match wins. The '
+                     'default trusts operator-controlled flavor extra '
+                     'specs only. Adding "server" lets tenants steer the '
+                     'order: one tenant could put an instance that never '
+                     'rebuilds first and have the instances of others on '
+                     'the same host given up; use it only where every '
+                     'tenant is trusted.'),
 ]
 
 

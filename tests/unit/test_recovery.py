@@ -493,7 +493,8 @@ class TestRetryBackoff(TestCase):
 class TestOrchestrated(TestCase):
 
     def test_priority_order(self):
-        rig = fakes.Rig(**{'evacuation.strategy': 'orchestrated'})
+        rig = fakes.Rig(**{'evacuation.strategy': 'orchestrated',
+                           'evacuation.priority_sources': ['server']})
         key = 'instanceha:priority'
         low, = rig.cloud.boot('host1', 1, metadata={key: '1'})
         db1, db2 = rig.cloud.boot('host1', 2, metadata={key: '10'})

@@ -12,12 +12,18 @@
 
 """Orchestrated evacuation: higher restart priority first.
 
-Each instance's priority is an integer in its server metadata (key
-``[evacuation] priority_key``, default 0). Instances of the highest
-pending priority are evacuated in parallel; the next priority starts only
-once every higher one is rebuilt (or given up), so e.g. a database comes
-back before the applications using it. Tracking and retries are those of
-the smart strategy.
+Each instance's priority is an integer under ``[evacuation]
+priority_key`` (default 0), read from ``[evacuation] priority_sources``:
+by default only the flavor's extra specs, which only operators set.
+Server metadata is writable by the instance's owner, so a tenant could
+put an instance that never rebuilds first and have every other tenant's
+instance on that host given up after it; it is read only when listed.
+(Image properties are writable by the image's owner, and aggregate
+metadata is the same for every instance of a host, so neither is a
+source.) Instances of the highest pending priority are evacuated in
+parallel; the next priority starts only once every higher one is rebuilt
+(or given up), so e.g. a database comes back before the applications
+using it. Tracking and retries are those of the smart strategy.
 """
 
 from instanceha.engine import model
@@ -26,18 +32,23 @@ from instanceha.plugins.evacuation import smart
 
 
 class OrchestratedEvacuation(smart.SmartEvacuation):
-    description = ('Evacuate by restart priority (server metadata, higher '
-                   'first, equal in parallel), tracked like smart.')
+    description = ('Evacuate by restart priority (flavor extra specs, '
+                   'higher first, equal in parallel), tracked like smart.')
 
     def priority(self, server: model.Server) -> int:
-        raw = (server.metadata or {}).get(self.conf.evacuation.priority_key)
-        if raw is None:
-            return 0
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            # A bad value must not stop an evacuation: treat it as default.
-            return 0
+        group = self.conf.evacuation
+        for source in group.priority_sources:
+            where = (server.metadata if source == 'server'
+                     else server.flavor.extra_specs) or {}
+            raw = where.get(group.priority_key)
+            if raw is None:
+                continue
+            try:
+                return int(str(raw).strip())
+            except ValueError:
+                # A bad value must not stop an evacuation: the default.
+                return 0
+        return 0
 
     def ready(self, tasks: list[base.InstanceTask]
               ) -> list[base.InstanceTask]:
