@@ -46,8 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
              'as [ADDR]:PORT. Default port %d.' % agent_mod.DEFAULT_PORT)
     parser.add_argument(
         '--key-file', required=True,
-        help='File holding the shared key (the service\'s [heartbeat] '
-             'key_file). Re-read when it changes.')
+        help='File holding this host\'s key: written by "instanceha-manage '
+             'heartbeat derive-key HOST --out FILE" (or, with [heartbeat] '
+             'key_mode = shared, the service\'s key_file itself). Re-read '
+             'when it changes.')
     parser.add_argument(
         '--interval', type=float, default=5.0,
         help='Seconds between heartbeats (default 5); keep it well below '

@@ -30,6 +30,7 @@ PROG = 'instanceha-manage'
 COMMAND_MODULES = [
     'instanceha.cmd.manage_config',
     'instanceha.cmd.manage_fencing',
+    'instanceha.cmd.manage_heartbeat',
     'instanceha.cmd.manage_hosts',
     'instanceha.cmd.manage_maintenance',
     'instanceha.cmd.manage_plan',

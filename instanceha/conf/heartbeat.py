@@ -20,14 +20,31 @@ GROUP = 'heartbeat'
 
 OPTS = [
     cfg.StrOpt('key_file', default='/etc/instanceha/heartbeat.key',
-               help='File holding the shared key that signs heartbeats '
-                    '(HMAC-SHA256); the agents read the same key. One line, '
-                    'at least 16 bytes, e.g. from "openssl rand -hex 32". '
-                    'Re-read when it changes.'),
+               help='File holding the heartbeat master key: one line, at '
+                    'least 16 bytes, e.g. from "openssl rand -hex 32". '
+                    'Re-read when it changes. With key_mode = per-host each '
+                    'agent signs (HMAC-SHA256) with its own key derived from '
+                    'it ("instanceha-manage heartbeat derive-key HOST"); '
+                    'with shared, every agent holds this key itself.'),
     cfg.StrOpt('previous_key_file',
                help='During a key rotation, the file holding the previous '
-                    'key, still accepted until every agent uses the new '
-                    'one. Unset it when the rotation is done.'),
+                    'master key: heartbeats signed with it (or, per host, '
+                    'with a key derived from it) are still accepted until '
+                    'every agent has its new key. Unset it when the '
+                    'rotation is done.'),
+    cfg.StrOpt('key_mode', default='per-host',
+               choices=[('per-host', 'each agent holds only its own key, '
+                                     'derived from the master key with '
+                                     'HKDF-SHA256 over its host name'),
+                        ('shared', 'every agent holds the master key (a '
+                                   'compromised compute can sign for any '
+                                   'host); the former scheme'),
+                        ('both', 'accept per-host and shared keys: for '
+                                 'the migration from shared keys')],
+               help='Which keys sign heartbeats. A heartbeat proves its '
+                    'host alive, which vetoes fencing: with one shared key '
+                    'a single compromised compute could keep any dead host '
+                    'looking alive.'),
     cfg.ListOpt('listen_addresses', default=['0.0.0.0', '::'],
                 help='Addresses the heartbeat listener binds, IPv4 and/or '
                      'IPv6 (e.g. 0.0.0.0, ::, 192.0.2.10, fd00::10).'),

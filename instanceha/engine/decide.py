@@ -54,6 +54,9 @@ DISPUTED_REASON = ('disputed: Nova still sees the host up; no action yet, '
                    'judged again next poll')
 DISPUTED_NO_NOVA_REASON = ('disputed: witnesses disagree and none speaks '
                            'for Nova; no action yet, judged again next poll')
+#: Appended when a warming-up witness holds a failure (see Verdict.HOLD).
+HELD_REASON = ('held: a witness cannot tell yet; no action until it can, '
+               'judged again next poll')
 
 #: Caller states of hosts started but not yet fenced: judged again like
 #: any failed host (a host back up, or a gate now refusing, ends the
@@ -89,9 +92,25 @@ def combine(evidence: list[det_base.Evidence], mode: str,
     alive -> isolated, a partition (R15); Nova still sees the host alive
     (or does not vote) while another witness says failed -> disputed.
     Neither is acted on; both are judged again next poll.
+
+    A witness saying HOLD (it cannot tell yet, e.g. a listener warming
+    up) turns a failed verdict into unknown, in every mode: it has not
+    had the chance to veto.
     """
     detectors = len(evidence) if detectors is None else detectors
     reasons = tuple(e.reason for e in evidence)
+    holding = [e for e in evidence if e.verdict is V.HOLD]
+    if holding:
+        evidence = [e for e in evidence if e.verdict is not V.HOLD]
+        verdict, reasons = combine(evidence, mode, detectors)
+        if verdict == FAILED or verdict == UNKNOWN and any(
+                e.verdict is V.FAILED for e in evidence):
+            # A witness that could not have heard the host yet holds
+            # the decision (no fencing) instead of letting the others
+            # decide alone: it may be the one that says "alive".
+            return UNKNOWN, reasons + tuple(e.reason for e in holding) + (
+                HELD_REASON,)
+        return verdict, reasons + tuple(e.reason for e in holding)
     votes = {e.verdict for e in evidence}
     failed = V.FAILED in votes
     alive = V.ALIVE in votes

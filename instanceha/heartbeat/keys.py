@@ -10,15 +10,26 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Shared heartbeat keys, read from files.
+"""Heartbeat keys, read from files; per-host keys derived from a master.
 
-A key is one line of text (e.g. ``openssl rand -hex 32``); the agent and
-the service read the same bytes. Messages name the file and the option,
-never the key.
+A key is one line of text (e.g. ``openssl rand -hex 32``). Messages name
+the file and the option, never the key.
+
+Per-host keys (``[heartbeat] key_mode = per-host``, the default): the
+service holds one master secret; each host's key is derived from it with
+HKDF-SHA256 (RFC 5869) over the host name, and the host's agent holds
+only its own derived key (``instanceha-manage heartbeat derive-key``).
+A compromised compute can then sign heartbeats for itself only, not keep
+another, dead host looking alive. ``shared`` is the former scheme (every
+agent holds the service's key); ``both`` accepts either during the
+migration from one to the other.
 """
 
+import hashlib
+import hmac
 import logging
 import os
+import threading
 
 LOG = logging.getLogger(__name__)
 
@@ -99,3 +110,65 @@ class KeyRing:
                     # Once per new problem, not every few seconds.
                     self._errors[i] = str(message)
                     LOG.error('%s; keeping the key loaded before', message)
+
+
+#: HKDF salt: binds derived keys to this use (a master reused elsewhere
+#: yields unrelated keys).
+HKDF_SALT = b'instanceha heartbeat host key v1'
+#: Key modes of ``[heartbeat] key_mode``.
+PER_HOST, SHARED, BOTH = 'per-host', 'shared', 'both'
+
+
+def derive_host_key(master: bytes, host: str) -> bytes:
+    """The heartbeat key of ``host``: HKDF-SHA256(master, info=host).
+
+    Returned as 64 hex characters, the form a key file holds (the agent
+    signs with the bytes of its key file's line).
+    """
+    prk = hmac.new(HKDF_SALT, master, hashlib.sha256).digest()
+    info = b'instanceha host:' + host.encode('utf-8')
+    okm = hmac.new(prk, info + b'\x01', hashlib.sha256).digest()
+    return okm.hex().encode('ascii')
+
+
+class HostKeys:
+    """The keys that may sign a heartbeat from a given host.
+
+    Wraps the master (current and previous) :class:`KeyRing`: in
+    ``per-host`` mode a host's heartbeat must be signed with the key
+    derived for that host from either master; in ``both`` the masters
+    themselves (the former shared key) are accepted too; in ``shared``
+    only the masters. Derived keys are cached until a master changes.
+    Current keys come first: ``key_index`` 0 is "the current key".
+    """
+
+    def __init__(self, ring: KeyRing, mode: str = PER_HOST):
+        if mode not in (PER_HOST, SHARED, BOTH):
+            raise ValueError('heartbeat key mode %r: expected %s, %s or %s'
+                             % (mode, PER_HOST, SHARED, BOTH))
+        self.ring = ring
+        self.mode = mode
+        self._cache: dict[str, tuple[bytes, ...]] = {}
+        self._masters: tuple[bytes, ...] = ()
+        self._lock = threading.Lock()
+
+    def reload(self) -> None:
+        self.ring.reload()
+
+    def for_host(self, host: str) -> tuple[bytes, ...]:
+        masters = self.ring.keys
+        with self._lock:
+            if masters != self._masters:
+                self._cache.clear()
+                self._masters = masters
+            keys = self._cache.get(host)
+            if keys is None:
+                keys = ()
+                if self.mode != SHARED:
+                    keys += tuple(derive_host_key(m, host) for m in masters)
+                if self.mode != PER_HOST:
+                    keys += masters
+                if len(self._cache) > 100000:  # names are authenticated
+                    self._cache.clear()        # later: bound the memory
+                self._cache[host] = keys
+            return keys

@@ -267,7 +267,9 @@ class HostRecord:
 class HeartbeatListener:
     """Receives host heartbeats and keeps the last valid one per host.
 
-    :param keys: a KeyRing or a fixed tuple of keys (current first).
+    :param keys: a KeyRing (one key for every host), a HostKeys (per-host
+        keys derived from a master) or a fixed tuple of keys (current
+        first).
     :param max_clock_skew: packets whose timestamp differs from this
         machine's clock by more are rejected (stale or future).
     :param known_hosts: host names accepted; None accepts every
@@ -277,15 +279,23 @@ class HeartbeatListener:
     """
 
     def __init__(self, endpoints: Iterable[tuple[str, int]],
-                 keys: keys_mod.KeyRing | tuple[bytes, ...], max_clock_skew: float,
+                 keys: keys_mod.KeyRing | keys_mod.HostKeys | tuple[
+                     bytes, ...], max_clock_skew: float,
                  known_hosts: Iterable[str] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
                  log_interval: float = 60.0):
-        self._keyring = keys if isinstance(keys, keys_mod.KeyRing) else None
-        self._keys = tuple(keys.keys if self._keyring else keys)
-        if not self._keys:
-            raise ValueError('heartbeat listener needs at least one key')
+        self._keyring = keys if isinstance(
+            keys, (keys_mod.KeyRing, keys_mod.HostKeys)) else None
+        if isinstance(keys, keys_mod.HostKeys):
+            self._keys = self._host_keys
+            self._host_ring = keys
+            if not keys.ring.keys:
+                raise ValueError('heartbeat listener needs at least one key')
+        else:
+            self._keys = tuple(keys.keys if self._keyring else keys)
+            if not self._keys:
+                raise ValueError('heartbeat listener needs at least one key')
         self.max_clock_skew = max_clock_skew
         self._known = None if known_hosts is None else frozenset(known_hosts)
         self._clock = clock
@@ -317,9 +327,19 @@ class HeartbeatListener:
         return self._clock()
 
     def _reload_keys(self) -> None:
-        if self._keyring is not None:
+        if isinstance(self._keyring, keys_mod.HostKeys):
+            self._keyring.reload()
+        elif self._keyring is not None:
             self._keyring.reload()
             self._keys = self._keyring.keys
+
+    def _host_keys(self, host: str) -> tuple[bytes, ...]:
+        """Per-host keys: an unknown name costs no key derivation."""
+        known = self._known
+        if known is not None and host not in known:
+            raise protocol.Rejected(protocol.UNKNOWN_HOST,
+                                    'host %r is not a compute host' % host)
+        return self._host_ring.for_host(host)
 
     def set_known_hosts(self, hosts: Iterable[str] | None) -> None:
         """Accept heartbeats only from these names (None: from any)."""

@@ -44,9 +44,12 @@ could be accepted once; timestamps bound that window.
 
 Key rotation: the listener holds a current and an optional previous key
 and accepts either; agents switch to the new key at their own pace, then
-the previous key is removed.
+the previous key is removed. With per-host keys (see
+:mod:`instanceha.heartbeat.keys`) the keys are those derived for the
+host the packet names, from the current and the previous master.
 """
 
+from collections.abc import Callable
 import dataclasses
 import hashlib
 import hmac
@@ -140,13 +143,27 @@ def encode(host: str, boot_id: bytes, sequence: int, timestamp: float,
     return body + hmac.new(key, body, hashlib.sha256).digest()
 
 
-def decode(data: bytes, keys: tuple[bytes, ...]) -> Heartbeat:
+def _host_name(data: bytes) -> str:
+    try:
+        host = bytes(data[HEADER.size:-MAC_SIZE]).decode('utf-8')
+    except UnicodeDecodeError:
+        raise Rejected(MALFORMED, 'host name is not UTF-8') from None
+    if not _valid_name(host):
+        raise Rejected(MALFORMED, 'host name %r has unprintable or white '
+                       'space characters' % host)
+    return host
+
+
+def decode(data: bytes, keys: tuple[bytes, ...] | Callable[
+        [str], tuple[bytes, ...]]) -> Heartbeat:
     """Check a packet's shape and MAC and return its content.
 
     Cheap checks come first so garbage costs no HMAC; the name is decoded
     only once the MAC proved the sender holds a key.
 
-    :param keys: the accepted keys, current first.
+    :param keys: the accepted keys, current first; or a function giving
+        them for the host name the packet carries (per-host keys), which
+        may raise :class:`Rejected` (e.g. for an unknown host).
     :raises Rejected: with the first reason the packet fails.
     """
     size = len(data)
@@ -174,19 +191,20 @@ def decode(data: bytes, keys: tuple[bytes, ...]) -> Heartbeat:
                        % (flags, name_len))
     body = memoryview(data)[:-MAC_SIZE]
     mac = data[-MAC_SIZE:]
+    host = None
+    if callable(keys):
+        # Per-host keys: the (not yet authenticated) name selects the
+        # key; a wrong name simply fails the MAC.
+        host = _host_name(data)
+        keys = keys(host)
     for index, key in enumerate(keys):
         if hmac.compare_digest(
                 hmac.new(key, body, hashlib.sha256).digest(), mac):
             break
     else:
         raise Rejected(BAD_HMAC, 'no configured key verifies it')
-    try:
-        host = bytes(data[HEADER.size:-MAC_SIZE]).decode('utf-8')
-    except UnicodeDecodeError:
-        raise Rejected(MALFORMED, 'host name is not UTF-8') from None
-    if not _valid_name(host):
-        raise Rejected(MALFORMED, 'host name %r has unprintable or white '
-                       'space characters' % host)
+    if host is None:
+        host = _host_name(data)
     if not seq:
         raise Rejected(MALFORMED, 'sequence 0')
     return Heartbeat(host=host, boot_id=bytes(boot_id), sequence=seq,

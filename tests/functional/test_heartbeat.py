@@ -69,6 +69,11 @@ class HeartbeatFixture(testtools.TestCase):
             f.write(text + '\n')
         return path
 
+    def host_key(self, host):
+        """The per-host key file of ``host``, derived from self.key."""
+        return self.write_key('%s.key' % host, keys.derive_host_key(
+            keys.load_key(self.key), host).decode())
+
     def listener(self, endpoints=(('127.0.0.1', 0),), previous=None,
                  **kwargs):
         lst = lst_mod.HeartbeatListener(

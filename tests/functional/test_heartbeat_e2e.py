@@ -72,7 +72,8 @@ class TestHeartbeatEndToEnd(test_heartbeat.HeartbeatFixture):
             'heartbeat.timeout': 3,
         }))
         vm, = cloud.boot('host1')
-        agents = {h: self.agent(h, [('127.0.0.1', port)], interval=0.3)
+        agents = {h: self.agent(h, [('127.0.0.1', port)],
+                                key=self.host_key(h), interval=0.3)
                   for h in cloud.nova.hosts}
         eng = self.useFixture(StartedEngine(cloud.config_file))
         hb = eng.drivers.detectors[1]
@@ -149,7 +150,8 @@ class TestHeartbeatServiceProcess(test_heartbeat.HeartbeatFixture):
             'debug': True,  # the plan lines are logged at debug level
         }))
         vm, = cloud.boot('host1')
-        agents = {h: self.agent(h, [('127.0.0.1', port)], interval=0.3)
+        agents = {h: self.agent(h, [('127.0.0.1', port)],
+                                key=self.host_key(h), interval=0.3)
                   for h in cloud.nova.hosts}
         proc, log = self.service(cloud)
         rec.wait_for(lambda: 'heartbeat-listener listening on '

@@ -90,7 +90,8 @@ class TestHeartbeatWithNova(test_heartbeat.HeartbeatFixture):
 
     def test_isolated_host_is_not_failed_until_its_agent_stops(self):
         addr = self.hb.listener.addresses
-        agents = {h: self.agent(h, addr, interval=0.2) for h in HOSTS}
+        agents = {h: self.agent(h, addr, key=self.host_key(h),
+                                interval=0.2) for h in HOSTS}
         test_heartbeat.wait_for(
             lambda: all(self.hb.listener.record(h) for h in HOSTS),
             what='every agent heard')

@@ -350,6 +350,22 @@ class TestCombine(testtools.TestCase):
         p = self.plan('all', {'host1': det_base.Verdict.ALIVE})
         self.assertEqual(D.ISOLATED, p.decision('host1').decision)
 
+    def test_a_witness_warming_up_holds_a_failure_in_every_mode(self):
+        nova_down = det_base.Evidence('h', det_base.Verdict.FAILED,
+                                      'nova: down', control_plane=True)
+        nova_up = det_base.Evidence('h', det_base.Verdict.ALIVE, 'nova: up',
+                                    control_plane=True)
+        hold = det_base.Evidence('h', det_base.Verdict.HOLD, 'hb: not yet')
+        for mode in ('veto', 'all', 'any'):
+            verdict, reasons = decide.combine([nova_down, hold], mode, 2)
+            self.assertEqual(decide.UNKNOWN, verdict, mode)
+            self.assertEqual(('nova: down', 'hb: not yet',
+                              decide.HELD_REASON), reasons)
+            # Nothing to hold when the others say alive.
+            self.assertEqual(decide.ALIVE,
+                             decide.combine([nova_up, hold], mode, 2)[0],
+                             mode)
+
     def test_combine_direction_needs_the_control_plane(self):
         nova_down = det_base.Evidence('h', det_base.Verdict.FAILED,
                                       'nova: down', control_plane=True)

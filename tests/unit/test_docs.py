@@ -42,7 +42,7 @@ _FENCED = re.compile(r'^```.*?^```', re.M | re.S)
 _INLINE = re.compile(r'`([^`]+)`')
 _OPTION = re.compile(r'^\[(\w+)\]\s+(\w+)')
 _MANAGE = re.compile(r'instanceha-manage(?:\s+--config-file\s+\S+)?'
-                     r'\s+([a-z]+)(?:\s+([a-z]+))?')
+                     r'\s+([a-z]+)(?:\s+([a-z][a-z-]*))?')
 _LINK = re.compile(r'\]\(([^)#\s]*)(?:#([^)\s]+))?\)')
 _METRIC = re.compile(r'(?<![\w./:-])(instanceha_[a-z_]+)')
 

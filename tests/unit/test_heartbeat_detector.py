@@ -232,16 +232,16 @@ class DetectorBase(ListenerBase):
 
 class TestHeartbeatDetector(DetectorBase):
 
-    def test_first_interval_unknown_then_failed(self):
+    def test_first_interval_held_then_failed(self):
         snap = snapshot('host1', 'host2')
         self.beat('host1')
         ev = self.det.detect(snap, self.clock.now())
         self.assertEqual(base.Verdict.ALIVE, ev['host1'].verdict)
-        self.assertEqual(base.Verdict.UNKNOWN, ev['host2'].verdict)
+        self.assertEqual(base.Verdict.HOLD, ev['host2'].verdict)
         self.assertIn('not heard yet', ev['host2'].reason)
         self.clock.advance(14.9)
         self.beat('host1')
-        self.assertEqual('unknown', self.verdicts(snap)['host2'])
+        self.assertEqual('hold', self.verdicts(snap)['host2'])
         self.clock.advance(0.2)
         ev = self.det.detect(snap, self.clock.now())
         self.assertEqual(base.Verdict.FAILED, ev['host2'].verdict)
@@ -251,7 +251,7 @@ class TestHeartbeatDetector(DetectorBase):
         self.clock.advance(100)
         self.beat('host1')
         self.verdicts(snapshot('host1'))
-        self.assertEqual({'host1': 'alive', 'new': 'unknown'},
+        self.assertEqual({'host1': 'alive', 'new': 'hold'},
                          self.verdicts(snapshot('host1', 'new')))
 
     def test_stale_is_failed(self):

@@ -26,6 +26,12 @@ class Verdict(str, enum.Enum):
     FAILED = 'failed'
     #: The detector cannot tell (e.g. no data yet); it has no vote.
     UNKNOWN = 'unknown'
+    #: The detector cannot tell *yet* but will soon (a listener warming
+    #: up after a start): no host may be judged failed meanwhile. Unlike
+    #: UNKNOWN this holds the decision instead of abstaining, so a
+    #: freshly restarted service never fences a host its witness would
+    #: have shown alive.
+    HOLD = 'hold'
 
 
 @dataclasses.dataclass(frozen=True)

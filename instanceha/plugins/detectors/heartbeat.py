@@ -25,20 +25,23 @@ Verdicts, per compute host in the snapshot:
   nova detector's FAILED: the plan reports the host ISOLATED and never
   fences it.
 * heartbeat older than the timeout -> FAILED.
-* never heard -> UNKNOWN while the listener (or the host, if it appeared
+* never heard -> HOLD while the listener (or the host, if it appeared
   in Nova later) is younger than one full timeout: a listener that just
-  started cannot know who is alive. After that, FAILED.
+  started cannot know who is alive, and it may be the witness that would
+  show a host Nova reports down to be alive (isolated). HOLD keeps the
+  host from being judged failed in every combine mode (the plan says
+  unknown, held). After that, FAILED.
 * mass-loss hold: when more than mass_loss_share percent of the hosts
   that were fresh in the previous cycle (and at least
   mass_loss_min_hosts) are stale in this one, the collector's network
   is blamed, not the hosts: those hosts are UNKNOWN, with the reason
   saying so, for mass_loss_hold_cycles cycles, then FAILED.
 
-UNKNOWN has no vote. Under combine = veto the warm-up and the hold
-therefore only withdraw this witness (Nova's verdict stands, as without
-this detector); under combine = all they hold the host UNKNOWN, so
-"dead" needs both witnesses and nothing acts while either cannot tell.
-all is the recommended mode with this detector.
+UNKNOWN has no vote. Under combine = veto the mass-loss hold therefore
+only withdraws this witness (Nova's verdict stands, as without this
+detector); under combine = all it holds the host UNKNOWN, so "dead"
+needs both witnesses and nothing acts while either cannot tell. all is
+the recommended mode with this detector. The warm-up holds in every mode.
 
 Each call of :meth:`detect` is one cycle (the hold counts calls).
 """
@@ -105,9 +108,11 @@ class HeartbeatDetector(base.Detector):
     @classmethod
     def get_properties(cls) -> dict[str, str]:
         return {
-            '[heartbeat] key_file': 'shared key the agents sign with',
-            '[heartbeat] previous_key_file': 'key still accepted during a '
-                                             'rotation',
+            '[heartbeat] key_file': 'master key (per-host keys are '
+                                    'derived from it)',
+            '[heartbeat] previous_key_file': 'master key still accepted '
+                                             'during a rotation',
+            '[heartbeat] key_mode': 'per-host, shared or both',
             '[heartbeat] listen_addresses': 'addresses to listen on',
             '[heartbeat] port': 'UDP port to listen on',
             '[heartbeat] timeout': 'age after which a heartbeat is stale',
@@ -118,10 +123,12 @@ class HeartbeatDetector(base.Detector):
             '[heartbeat] mass_loss_hold_cycles': 'length of the hold',
         }
 
-    def _keyring(self) -> keys.KeyRing:
+    def _keyring(self) -> keys.HostKeys:
         group = self.conf.heartbeat
         try:
-            return keys.KeyRing(group.key_file, group.previous_key_file)
+            return keys.HostKeys(
+                keys.KeyRing(group.key_file, group.previous_key_file),
+                group.key_mode)
         except ValueError as exc:
             raise exceptions.ConfigurationError(str(exc)) from None
 
@@ -255,7 +262,8 @@ class HeartbeatDetector(base.Detector):
                       % (age, timeout))
         since = mono - max(self.listener.started_at, self._first_seen[host])
         if since < timeout:
-            return ev(V.UNKNOWN, 'not heard yet; listening for %.1fs, '
-                      'judging after the %ds timeout' % (since, timeout))
+            return ev(V.HOLD, 'not heard yet; listening for %.1fs, '
+                      'holding any failure until the %ds timeout'
+                      % (since, timeout))
         return ev(V.FAILED, 'never heard in %.1fs (timeout %ds)'
                   % (since, timeout))
