@@ -66,6 +66,11 @@ LABELS = {
     ('failed', 'waiting_up'): 'operator runs hosts clear',
     ('left_disabled', 'healthy'): 'operator runs hosts clear --enable',
     ('left_disabled', 'waiting_up'): 'operator runs hosts clear',
+    ('fencing', 'healthy'): 'operator disabled it with own reason',
+    ('fenced', 'healthy'): 'operator disabled it with own reason',
+    ('evacuating', 'healthy'): 'operator disabled it with own reason',
+    ('evacuated', 'healthy'): 'operator disabled it with own reason',
+    ('powering_on', 'healthy'): 'operator disabled it with own reason',
 }
 
 

@@ -107,6 +107,26 @@ OPERATOR_STEPS = (
     'Nova reports it up).')
 
 
+class OperatorTookOver(exceptions.InstanceHAError):
+    """The host was disabled with a reason that is not ours: hands off."""
+
+
+def operators_reason(svc: model.Service | None) -> str | None:
+    """Why ``svc`` is an operator's now (None while it is ours or free).
+
+    A service disabled with a reason that is not our marker (no reason,
+    a reason of the operator's own, maintenance) was taken by an
+    operator; whatever our workflow was doing, it ends there.
+    """
+    if svc is None or not svc.disabled:
+        return None
+    if marker_mod.Marker.parse(svc.disabled_reason) is not None:
+        return None
+    if svc.disabled_reason:
+        return 'disabled with the reason "%s"' % svc.disabled_reason
+    return 'disabled without a reason'
+
+
 def operator_action(host: str) -> str:
     """What an operator must do about a FAILED host (seed step 11)."""
     return ('check the instances of %s listed in the log, evacuate or fix '
@@ -301,6 +321,9 @@ class Engine:
             if not apply:
                 continue  # forgotten: the next leader resumes from Nova
             exc = fut.exception()
+            if isinstance(exc, OperatorTookOver):
+                self._hand_over(wf, str(exc))
+                continue
             if exc is not None:
                 # Back off while it keeps failing (Nova down for an hour
                 # is one warning a poll, not one every 5 s), never beyond
@@ -333,11 +356,26 @@ class Engine:
         if not self.env.coordinator.is_leader():
             raise exceptions.CoordinationError(
                 'not the leader: %s left unchanged' % wf.host)
+        svc = self._ours(wf)
         reason = self._marker(wf, state, note).render()
         # Nova takes a disabled_reason only together with status=disabled.
         changes.setdefault('status', model.DISABLED)
-        self.env.cloud.update_service(self._service(wf.host),
-                                      disabled_reason=reason, **changes)
+        self.env.cloud.update_service(svc, disabled_reason=reason,
+                                      **changes)
+
+    def _ours(self, wf: HostWorkflow) -> model.Service:
+        """The host's service, unless an operator took the host.
+
+        Checked before every write: the operator's word wins at every
+        step.
+
+        :raises OperatorTookOver: it carries a reason that is not ours.
+        """
+        svc = self._service(wf.host)
+        why = operators_reason(svc)
+        if why is not None:
+            raise OperatorTookOver(why)
+        return svc
 
     def _backoff(self, attempts: int) -> float:
         wait = self.conf.fence_retry_interval * (2 ** max(attempts - 1, 0))
@@ -560,8 +598,15 @@ class Engine:
         (``--enable``, or disabled with the operator's own reason, which
         takes it out of our hands).
         """
-        if wf.future is not None or wf.state not in (
-                S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
+        if wf.future is not None:
+            return
+        why = operators_reason(svc)
+        if why is not None and wf.state not in (
+                NEEDS_FRESH_PLAN | {S.FAILED, S.LEFT_DISABLED,
+                                    S.WAITING_UP}):
+            self._hand_over(wf, why)
+            return
+        if wf.state not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
             return
         marker = parsed.state if parsed else None
         if marker is S.WAITING_UP:
@@ -580,6 +625,25 @@ class Engine:
         else:
             why = 'enabled by an operator'
         self._transition(wf, S.HEALTHY, reason=why[:200])
+
+    def _hand_over(self, wf: HostWorkflow, why: str) -> None:
+        """An operator took the host: our workflow ends where it stood.
+
+        Nothing more is done to the host (no marker, no power-on, no
+        enable). Rebuilds already running are watched to their end so
+        that their instances are unlocked; nothing new is started.
+        """
+        if wf.job is not None:
+            wf.job.stop('left to the operator: %s' % why)
+            if not wf.job.progress().settled:
+                self._aftercare[wf.host] = dataclasses.replace(
+                    wf, future=None, on_done=None)
+            wf.job = None
+        if wf.spare:
+            self.drivers.reservation.forget(wf.spare)
+        self._transition(wf, S.HEALTHY, reason=(
+            'taken over by an operator (%s); instanceha leaves it as it is'
+            % why)[:250])
 
     # -- advancing workflows -------------------------------------------------
 
@@ -853,6 +917,7 @@ class Engine:
         fencer = self.env.fencer
 
         def power_on():
+            self._ours(wf)
             result = fencer.unfence(wf.host)
             self._mark(wf, S.WAITING_UP)
             return result
@@ -937,8 +1002,11 @@ class Engine:
             return
 
         def enable():
-            self.env.cloud.update_service(self._service(wf.host),
-                                          status=model.ENABLED,
+            svc = self._ours(wf)
+            if marker_mod.Marker.parse(svc.disabled_reason) is None:
+                # Enabled meanwhile (hosts clear --enable): nothing to do.
+                return
+            self.env.cloud.update_service(svc, status=model.ENABLED,
                                           forced_down=False)
 
         self._submit(wf, enable, lambda _: self._transition(

@@ -58,17 +58,19 @@ class HostState(str, enum.Enum):
 S = HostState
 
 #: Allowed transitions. Anything else is a bug and is refused loudly.
+#: Every state may go to healthy: the operator's word wins, and a host an
+#: operator disables with a reason of their own leaves our hands from
+#: wherever its workflow stood (also hosts clear --enable).
 TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     S.HEALTHY: frozenset({S.SUSPECT}),
     S.SUSPECT: frozenset({S.HEALTHY, S.FENCING}),
-    S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED}),
+    S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED, S.HEALTHY}),
     S.FENCE_FAILED: frozenset({S.FENCING, S.HEALTHY}),
-    S.FENCED: frozenset({S.EVACUATING}),
-    S.EVACUATING: frozenset({S.EVACUATED, S.FAILED}),
-    S.EVACUATED: frozenset({S.POWERING_ON, S.WAITING_UP, S.LEFT_DISABLED}),
-    S.POWERING_ON: frozenset({S.WAITING_UP, S.FAILED}),
-    # An operator may enable a host that waits to come up (hosts clear
-    # --enable): it is healthy then.
+    S.FENCED: frozenset({S.EVACUATING, S.HEALTHY}),
+    S.EVACUATING: frozenset({S.EVACUATED, S.FAILED, S.HEALTHY}),
+    S.EVACUATED: frozenset({S.POWERING_ON, S.WAITING_UP, S.LEFT_DISABLED,
+                            S.HEALTHY}),
+    S.POWERING_ON: frozenset({S.WAITING_UP, S.FAILED, S.HEALTHY}),
     S.WAITING_UP: frozenset({S.ENABLING, S.HEALTHY}),
     S.ENABLING: frozenset({S.HEALTHY}),
     # Operator hand-back (instanceha-manage hosts clear): waiting_up, or

@@ -156,6 +156,8 @@ class EvacuationJob:
         self._servers = sorted(servers, key=lambda s: s.id)
         self.tasks: dict[str, InstanceTask] = {}
         self._classified = False
+        #: Why nothing more is started (the host left our hands).
+        self._stopped: str | None = None
 
     # -- helpers ----------------------------------------------------------
 
@@ -472,6 +474,15 @@ class EvacuationJob:
             for task in unanswered:
                 self._reconcile(env, task, records)
         self._stop_if_given_up(env)
+        if self._stopped is not None:
+            for task in self._sorted():
+                if task.state is TaskState.PENDING:
+                    task.state = TaskState.FAILED
+                    task.reason = self._stopped
+                    self._emit(env, events.EVACUATE_SKIPPED,
+                               server=task.server_id, reason=self._stopped)
+                    self._unlock(env, task)
+            return self.progress()
         budget = ctx.budget
         now = env.clock.monotonic()
         for task in self.strategy.ready(self._sorted()):
@@ -502,6 +513,14 @@ class EvacuationJob:
                 self._give_up(env, task, 'not evacuated: evacuation of %s '
                               'stopped after %s was given up'
                               % (self.host, given_up[0]))
+
+    def stop(self, reason: str) -> None:
+        """Start nothing more: pending instances are left where they are.
+
+        Rebuilds already running are watched to their end (and their
+        instances unlocked) by later steps.
+        """
+        self._stopped = reason
 
     def release(self, env: ports.Environment) -> None:
         """Unlock what is locked but not being rebuilt (clean shutdown).
