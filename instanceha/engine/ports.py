@@ -28,6 +28,7 @@ import dataclasses
 import datetime
 import math
 import time
+from typing import Any
 
 from instanceha.engine import model
 from instanceha import exceptions
@@ -223,6 +224,26 @@ class KdumpWatch(abc.ABC):
         """When ``host`` last sent a kdump message; None if never."""
 
 
+class ListenerFactory(abc.ABC):
+    """Makes the listeners through which detectors hear the hosts.
+
+    The service opens UDP sockets; the simulator hands out listeners that
+    report what its simulated hosts sent. A detector asks the factory it
+    was given (``Detector.listeners``) in ``start()``, so the detector's
+    code is the same in both.
+    """
+
+    @abc.abstractmethod
+    def heartbeat(self, endpoints: list[tuple[str, int]], keyring: Any,
+                  max_clock_skew: float, log_interval: float) -> Any:
+        """A heartbeat listener, not yet started (``start()``)."""
+
+    @abc.abstractmethod
+    def kdump(self, endpoints: list[tuple[str, int]],
+              address_map: dict[str, str], reverse_dns: bool) -> Any:
+        """A fence_kdump listener, not yet started (``start()``)."""
+
+
 # -- the leadership guard ----------------------------------------------------
 
 #: Below this many seconds of proven leadership no side effect starts.
@@ -396,6 +417,8 @@ class Environment:
     executor: Executor
     #: Set when kdump checking is on.
     kdump: KdumpWatch | None = None
+    #: Where detectors get their listeners (None: they need none).
+    listeners: ListenerFactory | None = None
     #: Built from the coordinator; the cloud and fencer given are wrapped
     #: so that every side effect passes it (nothing can forget it).
     guard: LeaderGuard | None = None

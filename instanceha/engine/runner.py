@@ -47,9 +47,15 @@ def make_cloud(conf) -> ports.CloudPort:
     return cls(conf)
 
 
-def make_fencer(conf) -> ports.Fencer:
+def make_fencer(conf, clock: ports.Clock | None = None) -> ports.Fencer:
     from instanceha.plugins.fencing import topology
-    return topology.Topology.from_conf(conf)
+    return topology.Topology.from_conf(conf, clock=clock)
+
+
+def make_listeners() -> ports.ListenerFactory:
+    """UDP sockets, for the detectors that listen to the hosts."""
+    from instanceha.heartbeat import listener
+    return listener.UdpListeners()
 
 
 def make_coordinator(conf) -> ports.Coordinator:
@@ -90,14 +96,18 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
           event_sink=None, clock=None) -> Service:
     """Build the production environment and engine (parts replaceable)."""
     executor = executor_mod.ThreadPoolExecutor(conf.workers)
+    clock = clock or clock_mod.SystemClock()
     env = ports.Environment(
         cloud=cloud or make_cloud(conf),
-        clock=clock or clock_mod.SystemClock(),
-        fencer=fencer or make_fencer(conf),
+        clock=clock,
+        fencer=fencer or make_fencer(conf, clock),
         coordinator=coordinator or make_coordinator(conf),
         events=event_sink or events_mod.LogEventSink(),
         executor=executor,
-        kdump=make_kdump(conf, drivers))
+        kdump=make_kdump(conf, drivers),
+        listeners=make_listeners())
+    for det in drivers.detectors:
+        det.listeners = env.listeners
     engine = recovery.Engine(conf, drivers, env)
     return Service(engine=engine, env=env, executor=executor,
                    stop=threading.Event())

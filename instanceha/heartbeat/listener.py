@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 
+from instanceha.engine import ports
 from instanceha.heartbeat import kdump
 from instanceha.heartbeat import keys as keys_mod
 from instanceha.heartbeat import protocol
@@ -554,3 +555,19 @@ class KdumpListener:
                 'rejected': dict(self.rejects.counts),
                 'errors': dict(self.udp.errors.counts),
                 'hosts': len(self._table)}
+
+
+class UdpListeners(ports.ListenerFactory):
+    """The service's listener factory: real UDP sockets."""
+
+    def heartbeat(self, endpoints: list[tuple[str, int]],
+                  keyring: keys_mod.KeyRing, max_clock_skew: float,
+                  log_interval: float) -> HeartbeatListener:
+        return HeartbeatListener(endpoints, keyring, max_clock_skew,
+                                 log_interval=log_interval)
+
+    def kdump(self, endpoints: list[tuple[str, int]],
+              address_map: dict[str, str],
+              reverse_dns: bool) -> KdumpListener:
+        return KdumpListener(endpoints, address_map=address_map,
+                             reverse_dns=reverse_dns)

@@ -10,19 +10,33 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The ``sim`` fencing driver: a simulated BMC or PDU outlet.
+"""Simulated fencing devices, and the device factory that provides them.
 
-An ordinary driver in the ``instanceha.fencing`` namespace: the base
-class does the polling and the timing, the fencing topology does levels,
-retries and the chain timeout, exactly as with ipmi or redfish. Only the
-device is simulated. It acts on the world the simulator made active;
-anywhere else it is refused when the fencing file is validated (service
-start, ``config validate``, ``fencing validate``), so that a ``driver:
-sim`` entry in a real fencing file cannot pass for a fencing device.
+The simulator hands the production fencing topology a
+:class:`SimDeviceFactory`: it builds a ``driver: sim`` entry of a
+scenario's fencing file as a :class:`SimFencing` device bound to that
+scenario's world, and every other driver (noop, a third-party one) from
+the installed entry points -- all of them on simulated time. The
+``sim`` driver is deliberately not an entry point of the production
+``instanceha.fencing`` namespace: outside a simulation there is no world
+for it, and a real fencing file naming it is refused at load time.
+
+Only the device is simulated: the base class does the polling and the
+timing, the topology does levels, retries and the chain timeout, exactly
+as with ipmi or redfish.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
+from oslo_config import cfg
+
 from instanceha.plugins.fencing import base
+from instanceha.plugins.fencing import devices
 from instanceha.sim import world as sim_world
+
+#: The scenario fencing file's name for a simulated device.
+DRIVER = 'sim'
 
 _ERRORS = {
     'timeout': base.DeviceTimeoutError,
@@ -33,7 +47,10 @@ _ERRORS = {
 
 
 class SimFencing(base.FencingDriver):
-    description = ('A simulated BMC or PDU outlet; only works inside '
+    """A simulated BMC or PDU outlet of one world."""
+
+    name = DRIVER
+    description = ('A simulated BMC or PDU outlet; only exists inside '
                    'instanceha-simulate.')
 
     PARAMS = {
@@ -41,6 +58,12 @@ class SimFencing(base.FencingDriver):
                              'topology (default: the host name, i.e. the '
                              'host\'s own BMC)'),
     }
+
+    def __init__(self, conf: cfg.ConfigOpts, host: str,
+                 params: Mapping[str, Any], device: str | None = None, *,
+                 world: sim_world.World):
+        super().__init__(conf, host, params, device=device)
+        self.world = world
 
     @property
     def target(self) -> str:
@@ -51,25 +74,10 @@ class SimFencing(base.FencingDriver):
 
     def validate(self) -> None:
         super().validate()
-        world = sim_world.current()
-        if world is None:
-            # Registered like any driver (the simulator loads the
-            # production fencing file), but it fences nothing real.
-            self._fail('the sim fencing driver only works inside '
-                       'instanceha-simulate; no simulated world is active '
-                       '(use a real driver: ipmi, redfish, fence-agent)')
-        if self.target not in world.devices:
+        if self.target not in self.world.devices:
             self._fail('parameter \'target\': no simulated device %r; the '
                        'topology has: %s' % (self.target, ', '.join(
-                           sorted(world.devices))))
-
-    def _world(self) -> sim_world.World:
-        world = sim_world.current()
-        if world is None:
-            raise base.UnreachableError(
-                self, 'the "sim" driver only works inside the simulator '
-                '(instanceha-simulate); no simulated world is running')
-        return world
+                           sorted(self.world.devices))))
 
     def _call(self, fn, *args):
         try:
@@ -79,10 +87,36 @@ class SimFencing(base.FencingDriver):
 
     def _request_power(self, state: base.PowerState,
                        deadline: float) -> None:
-        self._call(self._world().device_request, self.target, state.value,
+        self._call(self.world.device_request, self.target, state.value,
                    self.remaining(deadline))
 
     def _read_power(self, deadline: float) -> base.PowerState:
         return base.PowerState(self._call(
-            self._world().device_read, self.target,
-            self.remaining(deadline)))
+            self.world.device_read, self.target, self.remaining(deadline)))
+
+
+class SimDeviceFactory(devices.DeviceFactory):
+    """Simulated devices of ``world`` plus the installed drivers.
+
+    Every device it builds runs on the world's simulated clock, so a
+    third-party driver that polls and sleeps through ``self.clock`` takes
+    simulated, not wall, time.
+    """
+
+    def __init__(self, world: sim_world.World):
+        super().__init__(world.clock)
+        self.world = world
+
+    def driver_class(self, name: str, option: str) -> type[base.FencingDriver]:
+        if name == DRIVER:
+            return SimFencing
+        return super().driver_class(name, option)
+
+    def create(self, cls: type[base.FencingDriver], conf: cfg.ConfigOpts,
+               host: str, params: Mapping[str, Any],
+               device: str) -> base.FencingDriver:
+        if not issubclass(cls, SimFencing):
+            return super().create(cls, conf, host, params, device)
+        drv = cls(conf, host, params, device=device, world=self.world)
+        drv.clock = self.clock
+        return drv

@@ -16,13 +16,16 @@ Each copy of the service is the production engine with the production
 drivers (detectors, filters, gates, fencing topology, reservation and
 evacuation strategies) loaded from the scenario's configuration file;
 only the ports are simulated: cloud, clock, executor, coordinator, event
-sink, kdump watch. Time jumps from one thing that happens to the next
-(a timeline command, a world event, a job finishing, a poll), so an hour
-of outage runs in milliseconds and every run is identical.
+sink, kdump watch, the listeners the detectors hear hosts through, and
+the fencing devices (a device factory handed to the production fencing
+topology builds ``driver: sim`` devices on the world, every device on
+the simulated clock). No module is replaced and no global names the
+world. Time jumps from one thing that happens to the next (a timeline
+command, a world event, a job finishing, a poll), so an hour of outage
+runs in milliseconds and every run is identical.
 """
 
 from collections.abc import Callable
-import contextlib
 import dataclasses
 import importlib
 import os
@@ -38,63 +41,13 @@ from instanceha.sim import clock as sim_clock
 from instanceha.sim import coordinator as sim_coord
 from instanceha.sim import events as sim_events
 from instanceha.sim import executor as sim_executor
+from instanceha.sim import fencing as sim_fencing
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
-
-#: Modules that read ``time.monotonic``/``time.sleep`` directly; while a
-#: simulation runs they see simulated time instead (see simulated_time).
-TIME_MODULES = (
-    'instanceha.plugins.fencing.base',
-    'instanceha.plugins.fencing.topology',
-)
-
 
 #: File options that a scenario's config gives relative to its directory.
 RELATIVE_PATHS = (('fencing', 'config_file'), ('heartbeat', 'key_file'),
                   ('heartbeat', 'previous_key_file'), ('veto_hooks', 'hooks'))
-
-
-class _SimTime:
-    """Stands in for the ``time`` module: monotonic and sleep simulated."""
-
-    def __init__(self, clock: sim_clock.SimClock):
-        self._clock = clock
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.sleep(seconds)
-
-    def time(self) -> float:
-        return self._clock.now().timestamp()
-
-    def __getattr__(self, name):
-        return getattr(_time, name)
-
-
-@contextlib.contextmanager
-def simulated_time(clock: sim_clock.SimClock, modules=TIME_MODULES):
-    """Give modules that use the ``time`` module directly simulated time.
-
-    The fencing drivers' base class and the fencing topology poll and
-    sleep with ``time``; with simulated time a 60 s BMC timeout takes no
-    wall time and shows as 60 s in the log.
-    """
-    saved = []
-    for name in modules:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        if getattr(mod, 'time', None) is _time:
-            saved.append(mod)
-            mod.time = _SimTime(clock)
-    try:
-        yield
-    finally:
-        for mod in saved:
-            mod.time = _time
 
 
 def engine_class() -> type:
@@ -110,11 +63,6 @@ def engine_class() -> type:
             return mod.Engine
     raise exceptions.InstanceHAError(
         'the engine is not available: %s' % '; '.join(errors))
-
-
-def make_fencer(conf: cfg.ConfigOpts) -> ports.Fencer:
-    from instanceha.plugins.fencing import topology
-    return topology.Topology.from_conf(conf)
 
 
 class GateSpy:
@@ -206,7 +154,7 @@ class Simulation:
             self.clock, float(settings.get('lease', 15)))
         self.overrides: list[tuple[str | None, str, str]] = []
         self._engine_factory = engine_factory
-        self._fencer_factory = fencer_factory or make_fencer
+        self._fencer_factory = fencer_factory or self.make_fencer
         names = settings.get('copies') or ['ha']
         self.copies = {n: Copy(n, self._executor(n)) for n in names}
         self.autostart = settings.get('start', list(names))
@@ -260,7 +208,13 @@ class Simulation:
             return
         conf = self.make_conf()
         drivers = loader.load_configured(conf)
-        kdump = self._simulate_listeners(drivers, conf)
+        listeners = sim_world.SimListeners(self.world)
+        for det in drivers.detectors:
+            det.listeners = listeners
+        for drv in drivers.all():
+            # As the service does: detectors ask for their listeners.
+            drv.start()
+        kdump = self._kdump_watch(drivers, conf)
         copy.blocked = self.world.blocked.setdefault(name, set())
         copy.decisions = {}
         drivers.gates = [GateSpy(g, copy) for g in drivers.gates]
@@ -273,7 +227,7 @@ class Simulation:
             fencer=self._fencer_factory(conf),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
-            executor=copy.executor, kdump=kdump)
+            executor=copy.executor, kdump=kdump, listeners=listeners)
         self.world.actor = name
         factory = self._engine_factory or engine_class()
         try:
@@ -291,30 +245,28 @@ class Simulation:
             self.readonly.discard(name)
         self.election.join(name)
 
-    def _simulate_listeners(self, drivers, conf) -> ports.KdumpWatch | None:
-        """Give the heartbeat and kdump detectors simulated listeners.
+    def make_fencer(self, conf: cfg.ConfigOpts) -> ports.Fencer:
+        """The production fencing topology, with the world's devices."""
+        from instanceha.plugins.fencing import topology
+        return topology.Topology.from_conf(
+            conf, devices=sim_fencing.SimDeviceFactory(self.world))
 
-        The detectors themselves run unchanged; they are given a listener
-        (their test hook) that reports what the world's hosts sent instead
-        of opening UDP sockets. Like the service, the kdump detector is
-        the engine's KdumpWatch when ``[kdump] check_kdump`` is on.
+    def _kdump_watch(self, drivers, conf) -> ports.KdumpWatch | None:
+        """The engine's KdumpWatch, as the service picks it.
+
+        Like the service, the kdump detector is the watch when
+        ``[kdump] check_kdump`` is on; without that detector the world
+        answers directly.
         """
-        watch = None
-        for det in drivers.detectors:
-            kind = type(det).__name__
-            if kind == 'KdumpDetector':
-                det.listener = sim_world.SimKdumpListener(self.world)
-                det._own_listener = False
-                watch = det
-            elif kind == 'HeartbeatDetector':
-                det.listener = sim_world.SimHeartbeatListener(self.world)
+        from instanceha.plugins.detectors import kdump
         try:
             check = conf.kdump.check_kdump
         except cfg.NoSuchOptError:
             check = False
-        if check and watch is None:
-            watch = sim_world.SimKdumpWatch(self.world)
-        return watch if check else None
+        if not check:
+            return None
+        return kdump.find_watch(drivers.detectors) or \
+            sim_world.SimKdumpWatch(self.world)
 
     def stop(self, name: str, crashed: bool = False) -> None:
         copy = self.copies[name]
@@ -558,45 +510,44 @@ class Simulation:
         self._initial = {s.id: (s.host, s.status)
                          for s in self.world.servers.values()}
         self.world.is_leader = self._check_readonly(self.world.is_leader)
-        with sim_world.active(self.world), simulated_time(self.clock):
-            self.log.record('sim', 'start', None,
-                            hosts=len(self.world.hosts),
-                            instances=len(self.world.servers))
-            for name in self.autostart:
-                self.start(name)
-            cmds = list(self.scenario.timeline)
-            while True:
-                t = self._next_time(cmds)
-                if t is None or t > self.end:
+        self.log.record('sim', 'start', None,
+                        hosts=len(self.world.hosts),
+                        instances=len(self.world.servers))
+        for name in self.autostart:
+            self.start(name)
+        cmds = list(self.scenario.timeline)
+        while True:
+            t = self._next_time(cmds)
+            if t is None or t > self.end:
+                break
+            self.clock.advance_to(t)
+            self.world.run_due()
+            while cmds and cmds[0].t <= t:
+                cmd = cmds.pop(0)
+                try:
+                    self.apply(cmd)
+                except sim_world.ScenarioError as exc:
+                    raise sim_world.ScenarioError(
+                        '%s: timeline line %d: %s' % (
+                            self.scenario.name, cmd.line, exc)) from None
+                if self.end < t:
                     break
-                self.clock.advance_to(t)
-                self.world.run_due()
-                while cmds and cmds[0].t <= t:
-                    cmd = cmds.pop(0)
-                    try:
-                        self.apply(cmd)
-                    except sim_world.ScenarioError as exc:
-                        raise sim_world.ScenarioError(
-                            '%s: timeline line %d: %s' % (
-                                self.scenario.name, cmd.line, exc)) from None
-                    if self.end < t:
-                        break
-                self._note_leader()
-                for copy in self.copies.values():
-                    self.world.actor = copy.name
-                    copy.executor.complete_due()
-                for copy in self.copies.values():
-                    if copy.running and copy.next_tick <= t:
-                        copy.next_tick = t + copy.interval
-                        self._tick(copy)
-                if stop_when is not None and stop_when():
-                    self.end = t
-                    break
-            self.clock.advance_to(max(self.end, self.clock.world_t))
-            self._final()
+            self._note_leader()
             for copy in self.copies.values():
-                # Unwind jobs still sleeping, so that no thread is left.
-                copy.executor.abandon()
+                self.world.actor = copy.name
+                copy.executor.complete_due()
+            for copy in self.copies.values():
+                if copy.running and copy.next_tick <= t:
+                    copy.next_tick = t + copy.interval
+                    self._tick(copy)
+            if stop_when is not None and stop_when():
+                self.end = t
+                break
+        self.clock.advance_to(max(self.end, self.clock.world_t))
+        self._final()
+        for copy in self.copies.values():
+            # Unwind jobs still sleeping, so that no thread is left.
+            copy.executor.abandon()
         return Result(self)
 
     def _final(self) -> None:

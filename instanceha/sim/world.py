@@ -42,7 +42,6 @@ back); a job of the service sees the world as it is at each of its steps.
 """
 
 from collections.abc import Callable
-import contextlib
 import dataclasses
 import datetime
 import heapq
@@ -961,6 +960,9 @@ class SimKdumpListener:
         self.world = world
         self.started_at = world.clock.monotonic()
 
+    def start(self) -> None:
+        pass
+
     def set_known_hosts(self, hosts) -> None:
         pass
 
@@ -991,6 +993,9 @@ class SimHeartbeatListener:
         self.started_at = world.clock.monotonic()
         #: The listener's socket side, always up in the simulation.
         self.udp = types.SimpleNamespace(running=True)
+
+    def start(self) -> None:
+        pass
 
     def stats(self) -> dict:
         return {}
@@ -1025,26 +1030,20 @@ class SimKdumpWatch(ports.KdumpWatch):
         return self.world.kdump_last_message(host)
 
 
-# --- the world the sim fencing driver talks to ---------------------------
+class SimListeners(ports.ListenerFactory):
+    """The simulator's listener factory: what the world's hosts sent.
 
-_ACTIVE: list[World] = []
+    The heartbeat and kdump detectors run unchanged; they ask this
+    factory instead of opening UDP sockets.
+    """
 
+    def __init__(self, world: World):
+        self.world = world
 
-@contextlib.contextmanager
-def active(world: World):
-    """Make ``world`` the one simulated fencing devices act on."""
-    _ACTIVE.append(world)
-    try:
-        yield world
-    finally:
-        _ACTIVE.remove(world)
+    def heartbeat(self, endpoints, keyring, max_clock_skew,
+                  log_interval) -> SimHeartbeatListener:
+        return SimHeartbeatListener(self.world)
 
-
-def current() -> World | None:
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-def _no_world() -> exceptions.FencingError:
-    return exceptions.FencingError(
-        'the "sim" fencing driver only works inside the simulator '
-        '(instanceha-simulate); no simulated world is running')
+    def kdump(self, endpoints, address_map,
+              reverse_dns) -> SimKdumpListener:
+        return SimKdumpListener(self.world)

@@ -257,7 +257,7 @@ class TestExecutor(testtools.TestCase):
 
 
 class TestSimFencing(testtools.TestCase):
-    """The sim driver through the production fencing file loader."""
+    """The sim driver: only through the simulator's device factory."""
 
     def _conf_and_file(self, entry):
         from oslo_config import cfg
@@ -267,20 +267,27 @@ class TestSimFencing(testtools.TestCase):
         conf = cfg.ConfigOpts()
         ha_conf.register_opts(conf)
         conf([], default_config_files=[])
+        conf.set_override('allow_noop', True, 'fencing')
         path = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'fencing.yaml')
         with open(path, 'w') as f:
             f.write('hosts:\n  h1: %s\n' % entry)
         return conf, path
 
-    def _load(self, entry, world=True):
+    def _load(self, entry, world=None):
         from instanceha.plugins.fencing import config
+        from instanceha.sim import fencing as sim_fencing
 
         conf, path = self._conf_and_file(entry)
-        if not world:
+        if world is False:
             return config.load(conf, path)
-        with sim_world.active(small_world()):
-            return config.load(conf, path)
+        return config.load(conf, path, devices=sim_fencing.SimDeviceFactory(
+            world or small_world()))
+
+    def test_not_a_production_driver(self):
+        from instanceha.plugins import loader
+
+        self.assertNotIn('sim', loader.available('instanceha.fencing'))
 
     def test_refused_at_start_up_outside_the_simulator(self):
         # A real fencing file naming the sim driver must not pass for a
@@ -308,11 +315,18 @@ class TestSimFencing(testtools.TestCase):
         self.assertIn("'nope'", str(exc))
         self.assertIn('h1', str(exc))
 
-    def test_outside_the_simulator_it_fails_clearly(self):
-        drv = self._load('{driver: sim}').hosts['h1'].levels[0][0]
-        exc = self.assertRaises(exceptions.FencingError, drv.power_status,
-                                1.0)
-        self.assertIn('only works inside the simulator', str(exc))
+    def test_devices_run_on_the_simulated_clock(self):
+        # Every device the simulator builds -- its own and installed
+        # drivers alike -- polls and sleeps in simulated time.
+        w = small_world()
+        w.device('h1').behaviour = 'timeout'
+        drv = self._load('{driver: sim, timeout: 40}',
+                         world=w).hosts['h1'].levels[0][0]
+        noop = self._load('{driver: noop}', world=w).hosts['h1'].levels[0][0]
+        self.assertIs(w.clock, drv.clock)
+        self.assertIs(w.clock, noop.clock)
+        self.assertRaises(exceptions.FencingError, drv.power_status)
+        self.assertEqual(40.0, w.clock.t)
 
 
 class TestScenarioFormat(testtools.TestCase):

@@ -18,6 +18,7 @@ import datetime
 import enum
 
 from instanceha.engine import model
+from instanceha.engine import ports
 from instanceha.plugins import base
 
 
@@ -53,6 +54,11 @@ class Detector(base.Driver):
     #: only while a host dumps): its silence is not a missing vote, so
     #: ``[detection] combine = all`` does not wait for it.
     reports_failures_only: bool = False
+    #: Where a detector that listens to the hosts gets its listener in
+    #: ``start()``: the environment's factory, set by whoever builds the
+    #: environment (UDP sockets in the service, the simulated hosts in
+    #: the simulator). None: the service's UDP listeners.
+    listeners: ports.ListenerFactory | None = None
 
     @abc.abstractmethod
     def detect(self, snapshot: model.Snapshot,

@@ -93,8 +93,8 @@ class HeartbeatDetector(base.Detector):
 
     def __init__(self, conf, listener=None):
         super().__init__(conf)
-        #: A HeartbeatListener; built by start() unless given (tests, the
-        #: simulator). What is used of it: started_at, now(), age(host),
+        #: A HeartbeatListener; built by start() through the listener
+        #: factory unless given (tests). What is used of it: started_at, now(), age(host),
         #: set_known_hosts(hosts), udp.running, stats(), stop().
         self.listener = listener
         self._own_listener = listener is None
@@ -141,11 +141,11 @@ class HeartbeatDetector(base.Detector):
         if self.listener is not None and not self._own_listener:
             return
         group = self.conf.heartbeat
-        self.listener = listener_mod.HeartbeatListener(
+        factory = self.listeners or listener_mod.UdpListeners()
+        self.listener = factory.heartbeat(
             endpoints(group.listen_addresses, group.port,
                       '[heartbeat] listen_addresses'),
-            self._keyring(), group.max_clock_skew,
-            log_interval=group.log_interval)
+            self._keyring(), group.max_clock_skew, group.log_interval)
         start_listener(self.listener, '[heartbeat] listen_addresses/port')
 
     def stop(self) -> None:

@@ -80,11 +80,11 @@ class KdumpDetector(base.Detector, ports.KdumpWatch):
         if self.listener is not None and not self._own_listener:
             return
         group = self.conf.kdump
-        self.listener = listener_mod.KdumpListener(
+        factory = self.listeners or listener_mod.UdpListeners()
+        self.listener = factory.kdump(
             heartbeat.endpoints(group.listen_addresses, group.port,
                                 '[kdump] listen_addresses'),
-            address_map=kdump_conf.address_map(self.conf),
-            reverse_dns=group.reverse_dns)
+            kdump_conf.address_map(self.conf), group.reverse_dns)
         heartbeat.start_listener(self.listener,
                                  '[kdump] listen_addresses/port')
 

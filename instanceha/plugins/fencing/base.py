@@ -23,6 +23,12 @@ asks for it and then polls the state until it is off or the time is up.
 Failures are distinct exception classes (wrong credentials, unreachable,
 timed out, accepted but never off) so operators and the chain logic can
 tell them apart; none of their messages ever carries a secret.
+
+A driver never reads the ``time`` module for its timing: it polls, sleeps
+and measures deadlines through ``self.clock`` (the engine's Clock port),
+which whoever builds the driver provides -- the wall clock in the
+service, simulated time in ``instanceha-simulate``. A driver written that
+way runs in simulated time in the simulator like the built-in ones.
 """
 
 import abc
@@ -32,11 +38,12 @@ import difflib
 import enum
 import logging
 import re
-import time
 from typing import Any
 
 from oslo_config import cfg
 
+from instanceha import clock as clock_mod
+from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins import base
 
@@ -202,6 +209,11 @@ class FencingDriver(base.Driver):
     #: True when parameters not in PARAMS are passed on to the device
     #: (fence-agent); the driver then checks them itself.
     PASS_THROUGH = False
+    #: Time as this driver must see it (poll, sleep, deadlines). The
+    #: device factory that builds the driver sets the environment's
+    #: clock; the wall clock is only the default for a driver built by
+    #: hand (a test, a one-off script).
+    clock: ports.Clock = clock_mod.SystemClock()
 
     def __init__(self, conf: cfg.ConfigOpts, host: str,
                  params: Mapping[str, Any], device: str | None = None):
@@ -308,9 +320,9 @@ class FencingDriver(base.Driver):
     def poll_interval(self) -> float:
         return float(self.conf.fencing.poll_interval)
 
-    @staticmethod
-    def remaining(deadline: float) -> float:
-        return max(0.0, deadline - time.monotonic())
+    def remaining(self, deadline: float) -> float:
+        """Seconds left until ``deadline`` (on ``self.clock``), never < 0."""
+        return max(0.0, deadline - self.clock.monotonic())
 
     # -- what a driver implements ------------------------------------------
 
@@ -345,12 +357,12 @@ class FencingDriver(base.Driver):
         return self._read_power(self._deadline(timeout))
 
     def _deadline(self, timeout: float | None) -> float:
-        return time.monotonic() + (self.timeout if timeout is None
-                                   else timeout)
+        return self.clock.monotonic() + (
+            self.timeout if timeout is None else timeout)
 
     def _change(self, state: PowerState, timeout: float | None) -> None:
         deadline = self._deadline(timeout)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         self._request_power(state, deadline)
         last_seen: PowerState | None = None
         last_error: DeviceError | None = None
@@ -367,11 +379,12 @@ class FencingDriver(base.Driver):
             if last_seen is state and last_error is None:
                 LOG.debug('host %s device %s reports %s after %.1fs',
                           self.host, self.device, state.value,
-                          time.monotonic() - started)
+                          self.clock.monotonic() - started)
                 return
             if self.remaining(deadline) <= 0:
                 break
-            time.sleep(min(self.poll_interval, self.remaining(deadline)))
+            self.clock.sleep(min(self.poll_interval,
+                                 self.remaining(deadline)))
         if last_error is not None and (last_seen is None or not isinstance(
                 last_error, DeviceTimeoutError)):
             raise last_error
@@ -379,4 +392,4 @@ class FencingDriver(base.Driver):
                                 '%s after %.1fs' % (
                                     state.value, last_seen.value if last_seen
                                     else 'nothing',
-                                    time.monotonic() - started))
+                                    self.clock.monotonic() - started))

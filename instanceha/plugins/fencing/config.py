@@ -75,9 +75,9 @@ import yaml
 
 from instanceha import exceptions
 from instanceha.plugins.fencing import base
-from instanceha.plugins import loader
+from instanceha.plugins.fencing import devices as devices_mod
 
-NAMESPACE = 'instanceha.fencing'
+NAMESPACE = devices_mod.NAMESPACE
 _TOP_KEYS = ('devices', 'hosts')
 
 
@@ -227,8 +227,9 @@ class _Builder:
     """Turns one host's YAML entry into validated drivers."""
 
     def __init__(self, conf: cfg.ConfigOpts, path: str,
-                 templates: Mapping):
+                 templates: Mapping, devices: devices_mod.DeviceFactory):
         self.conf = conf
+        self.devices = devices
         self.path = path
         self.base_dir = os.path.dirname(os.path.abspath(path))
         self.templates = templates
@@ -293,11 +294,11 @@ class _Builder:
             unique = '%s-%d' % (label, n)
         labels.add(unique)
         where = '%s device %s' % (where, unique)
-        cls = loader.driver_class(NAMESPACE, str(driver),
-                                  'fencing file %s: %s: driver'
-                                  % (self.path, where))
+        cls = self.devices.driver_class(str(driver),
+                                        'fencing file %s: %s: driver'
+                                        % (self.path, where))
         self._secret_files(where, cls, params)
-        drv = cls(self.conf, host, params, device=unique)
+        drv = self.devices.create(cls, self.conf, host, params, unique)
         drv.name = str(driver)
         try:
             drv.validate()
@@ -330,7 +331,8 @@ class _Builder:
 
 
 def load(conf: cfg.ConfigOpts, path: str | None = None, *,
-         strict: bool = True, only: str | None = None) -> FencingFile:
+         strict: bool = True, only: str | None = None,
+         devices: devices_mod.DeviceFactory | None = None) -> FencingFile:
     """Read, check and build the fencing file.
 
     :param strict: raise on the first broken host entry (the service
@@ -340,6 +342,8 @@ def load(conf: cfg.ConfigOpts, path: str | None = None, *,
         the result is empty when it has none.
     :raises ConfigurationError: for a file that cannot be read or parsed
         at all, or (strict) for a broken host entry.
+    :param devices: builds the devices (default: the installed drivers on
+        the wall clock; the simulator passes its own).
     """
     path = path or conf.fencing.config_file
     data = _read_yaml(path)
@@ -353,7 +357,8 @@ def load(conf: cfg.ConfigOpts, path: str | None = None, *,
             raise exceptions.ConfigurationError(
                 'fencing file %s: device template %s cannot use "template" '
                 'or "levels"' % (path, name))
-    builder = _Builder(conf, path, templates)
+    builder = _Builder(conf, path, templates,
+                       devices or devices_mod.DeviceFactory())
     result = FencingFile(path=path, hosts={}, errors={})
     hosts = {str(k): v for k, v in (data.get('hosts') or {}).items()}
     if only is not None:

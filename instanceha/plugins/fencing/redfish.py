@@ -26,7 +26,6 @@ retried until the device's timeout.
 
 import logging
 import threading
-import time
 from typing import Any
 
 from instanceha.plugins.fencing import base
@@ -261,7 +260,8 @@ class RedfishFencing(base.FencingDriver):
             LOG.info('host %s device %s: power on refused (HTTP %s), '
                      'retrying', self.host, self.device,
                      refusal.status_code)
-            time.sleep(min(self.poll_interval, self.remaining(deadline)))
+            self.clock.sleep(min(self.poll_interval,
+                                 self.remaining(deadline)))
 
 
 def _short(text: str, limit: int = 200) -> str:

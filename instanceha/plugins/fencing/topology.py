@@ -26,14 +26,15 @@ A host without an entry is never fenced: ``configured()`` is False and
 
 import logging
 import threading
-import time
 
 from oslo_config import cfg
 
+from instanceha import clock as clock_mod
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import config
+from instanceha.plugins.fencing import devices as devices_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -49,9 +50,13 @@ class ChainError(exceptions.FencingError):
 class Topology(ports.Fencer):
     """Fences hosts through the levels of the fencing file."""
 
-    def __init__(self, conf: cfg.ConfigOpts, fencing: config.FencingFile):
+    def __init__(self, conf: cfg.ConfigOpts, fencing: config.FencingFile,
+                 clock: ports.Clock | None = None):
         self.conf = conf
         self.file = fencing
+        #: Deadlines and the pause between retries; the devices were
+        #: given the same clock by the factory that built them.
+        self.clock = clock or clock_mod.SystemClock()
         self._fenced_by: dict[str, int] = {}
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
@@ -62,13 +67,21 @@ class Topology(ports.Fencer):
         self.device_guard = None
 
     @classmethod
-    def from_conf(cls, conf: cfg.ConfigOpts) -> 'Topology':
+    def from_conf(cls, conf: cfg.ConfigOpts, *,
+                  clock: ports.Clock | None = None,
+                  devices: devices_mod.DeviceFactory | None = None
+                  ) -> 'Topology':
         """Load and validate every entry of ``[fencing] config_file``.
 
+        :param clock: the environment's clock (default: the wall clock).
+        :param devices: builds the devices (default: the installed
+            drivers, on ``clock``).
         :raises ConfigurationError: naming the file, host and key of the
             first bad entry, so the service fails fast.
         """
-        return cls(conf, config.load(conf, strict=True))
+        devices = devices or devices_mod.DeviceFactory(clock)
+        return cls(conf, config.load(conf, strict=True, devices=devices),
+                   clock=clock or devices.clock)
 
     # -- look-up ------------------------------------------------------------
 
@@ -119,7 +132,7 @@ class Topology(ports.Fencer):
             retries = self.conf.fencing.device_retries
         attempt = 0
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 raise base.DeviceTimeoutError(
                     drv, 'chain timeout ([fencing] chain_timeout = %ds) '
@@ -140,8 +153,9 @@ class Topology(ports.Fencer):
                 attempt += 1
                 LOG.warning('%s; retrying (%d of %d)', exc, attempt,
                             retries)
-                time.sleep(min(self.conf.fencing.poll_interval,
-                               max(0.0, deadline - time.monotonic())))
+                self.clock.sleep(min(
+                    self.conf.fencing.poll_interval,
+                    max(0.0, deadline - self.clock.monotonic())))
             except exceptions.FencingError:
                 raise
             except Exception as exc:
@@ -163,7 +177,7 @@ class Topology(ports.Fencer):
     def _walk(self, host: str, action: str,
               order: list[int]) -> ports.FenceResult:
         levels = self.levels(host)
-        deadline = time.monotonic() + self.conf.fencing.chain_timeout
+        deadline = self.clock.monotonic() + self.conf.fencing.chain_timeout
         failures: list[str] = []
         for index in order:
             devices = levels[index - 1]
