@@ -233,6 +233,11 @@ class Monitor:
         self._hosts: dict[str, int] = {}
         #: Drivers with listener counters (``stats()``), set by watch().
         self.listeners: list = []
+        #: Seconds our clock is ahead of Nova's (last snapshot), and the
+        #: difference reported as a readiness reason ([detection]
+        #: max_clock_skew; None: not reported).
+        self.clock_skew: float | None = None
+        self.max_clock_skew: float | None = None
         metrics.registry.register(_LiveCollector(self))
 
     # -- what the loop reports ---------------------------------------------
@@ -271,6 +276,9 @@ class Monitor:
                 else:
                     self._cycle_error = None
                     self._last_good_cycle = now
+        snapshot = getattr(engine, 'snapshot', None)
+        if snapshot is not None:
+            self.clock_skew = getattr(snapshot, 'clock_skew', None)
         plan = getattr(engine, 'plan', None)
         if plan is not None and plan is not self._plan:
             self._plan = plan
@@ -379,6 +387,12 @@ class Monitor:
             reasons.append('loop not started yet')
         elif now - last_end > self.stuck_after:
             reasons.append('loop stuck: no tick for %d s' % (now - last_end))
+        skew, bound = self.clock_skew, self.max_clock_skew
+        if skew is not None and bound is not None and abs(skew) > bound:
+            reasons.append("clock: this machine's clock is %.0fs %s Nova's "
+                           "(more than [detection] max_clock_skew = %gs)" % (
+                               abs(skew), 'ahead of' if skew > 0
+                               else 'behind', bound))
         if leader:
             if cycle_error:
                 reasons.append('last cycle failed: %s' % cycle_error)
@@ -434,6 +448,12 @@ class _LiveCollector:
                     'instanceha_coordination_members',
                     'Copies of the service in the coordination group.',
                     value=coord.members)
+        if mon.clock_skew is not None:
+            yield prom_core.GaugeMetricFamily(
+                'instanceha_nova_clock_skew_seconds',
+                'Seconds this machine\'s clock is ahead of Nova\'s '
+                '(negative: behind), from Nova\'s Date header.',
+                value=mon.clock_skew)
         yield from _listener_metrics(mon.listeners)
 
 
@@ -559,6 +579,7 @@ def service_hook(service) -> Callable[[], None]:
     monitor = Monitor(metrics, stuck_after=stuck_after(conf),
                       coordinator=service.env.coordinator,
                       stopping=service.stop.is_set)
+    monitor.max_clock_skew = conf.detection.max_clock_skew
     service.env.events = MetricsEventSink(service.env.events, metrics,
                                           monitor)
     monitor.watch(service.engine)

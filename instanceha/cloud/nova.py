@@ -38,8 +38,10 @@ request ids and call counting).
 """
 
 import datetime
+import email.utils
 import logging
 import threading
+import time
 from urllib import parse
 
 from keystoneauth1 import exceptions as ks_exc
@@ -178,6 +180,9 @@ class NovaCloud(ports.CloudPort):
         self.conf = conf
         self.api_calls = 0
         self._lock = threading.Lock()
+        #: Seconds our clock is ahead of Nova's, from the Date header of
+        #: its last answer (None until one carried it).
+        self.clock_skew: float | None = None
         group = conf.nova
         try:
             self._auth = ks_loading.load_auth_from_conf_options(conf,
@@ -230,6 +235,7 @@ class NovaCloud(ports.CloudPort):
         adapter = adapter or self.compute
         with self._lock:
             self.api_calls += 1
+        sent = time.time()
         try:
             resp = adapter.request(url, method, raise_exc=False, **kwargs)
         except ks_exc.Unauthorized as exc:
@@ -257,6 +263,8 @@ class NovaCloud(ports.CloudPort):
                 '%s failed (%s): %s: %s' % (what, self._where(),
                                             type(exc).__name__, exc)
             ) from None
+        if adapter is self.compute:
+            self._note_date(resp, sent)
         if resp.status_code not in ok:
             rid = _request_id(resp)
             hint = ''
@@ -274,6 +282,20 @@ class NovaCloud(ports.CloudPort):
                     what, resp.status_code, _fault(resp), hint),
                 request_id=rid, status=resp.status_code)
         return resp
+
+    def _note_date(self, resp, sent: float) -> None:
+        """Measure our clock against Nova's from its Date header.
+
+        The header has whole seconds (Nova's clock read between ``sent``
+        and now, rounded down): a difference under a second is noise.
+        """
+        try:
+            nova = email.utils.parsedate_to_datetime(
+                resp.headers['Date']).timestamp()
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return
+        skew = (sent + time.time()) / 2 - (nova + 0.5)
+        self.clock_skew = round(skew, 1) if abs(skew) >= 1.0 else 0.0
 
     def _json(self, what, method, url, **kwargs) -> dict:
         resp = self._call(what, method, url, **kwargs)
@@ -409,7 +431,8 @@ class NovaCloud(ports.CloudPort):
         calls = self.api_calls
         snap = model.Snapshot(taken_at=taken_at, services=services,
                               servers=servers, aggregates=aggregates,
-                              images=image_map, migrations=migrations)
+                              images=image_map, migrations=migrations,
+                              clock_skew=self.clock_skew)
         LOG.debug('snapshot: %d compute services, %d servers, %d '
                   'aggregates, %d images, %d evacuation records; %d API '
                   'calls so far', len(services), len(servers),
@@ -461,7 +484,9 @@ class NovaCloud(ports.CloudPort):
         if source_host:
             params['source_compute'] = source_host
         if since is not None:
-            params['changes-since'] = _iso(since)
+            # Given on our clock; Nova compares it with its own.
+            params['changes-since'] = _iso(since - datetime.timedelta(
+                seconds=self.clock_skew or 0))
         raw = self._pages('list %s records' % migration_type,
                           '/os-migrations', 'migrations',
                           'migrations_links', params)

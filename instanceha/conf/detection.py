@@ -44,4 +44,14 @@ OPTS = [
                help='How the verdicts of several detectors combine into '
                     'one per host. With a single detector all three are '
                     'the same.'),
+    cfg.IntOpt('max_clock_skew', default=10, min=1, max=86400,
+               help='Nova\'s time stamps (a service\'s updated_at, the '
+                    'changes-since of migration records) are judged against '
+                    'Nova\'s own clock, read from the Date header of its '
+                    'answers, so a difference between this machine\'s clock '
+                    'and Nova\'s does not make hosts look failed. A '
+                    'difference larger than this many seconds is still '
+                    'reported (a warning in the log, a reason on /healthz, '
+                    'the instanceha_nova_clock_skew_seconds metric): fix '
+                    'NTP.'),
 ]

@@ -117,6 +117,17 @@ class Snapshot:
     images: Mapping[str, Image] = dataclasses.field(default_factory=dict)
     #: Recent evacuation records, when the cycle asked for them.
     migrations: tuple[Migration, ...] = ()
+    #: Seconds our clock is ahead of Nova's (negative: behind), measured
+    #: from Nova's ``Date`` header when the services were listed; None
+    #: when unknown. Time stamps Nova writes (a service's ``updated_at``)
+    #: are judged against Nova's clock, never ours: see :meth:`nova_now`.
+    clock_skew: float | None = None
+
+    def nova_now(self, now: datetime.datetime) -> datetime.datetime:
+        """``now`` (our clock) as Nova's clock reads it at that moment."""
+        if not self.clock_skew:
+            return now
+        return now - datetime.timedelta(seconds=self.clock_skew)
 
     @functools.cached_property
     def _services_by_host(self) -> dict[str, Service]:

@@ -991,8 +991,9 @@ class Engine:
             return
         # Only a heartbeat newer than the power-on proves the host is back
         # (R11): an older 'up' is the dead host's last word.
-        if svc.state != model.UP or (svc.updated_at is not None and
-                                     svc.updated_at <= wf.up_after):
+        if svc.state != model.UP or (
+                svc.updated_at is not None and svc.updated_at <=
+                self.snapshot.nova_now(wf.up_after)):  # Nova's clock
             return
         self._transition(wf, S.ENABLING)
         self._step_enabling(wf)

@@ -76,3 +76,25 @@ class SimClock(ports.Clock):
             self.on_sleep(seconds)
         else:
             self._t += seconds
+
+
+class ServiceClock(ports.Clock):
+    """The clock of the machines instanceha runs on, as the engine sees it.
+
+    The simulated clock, with its wall time shifted by ``skew()`` seconds
+    from Nova's (the timeline's ``clock skew``); monotonic time and sleep
+    are the simulation's own.
+    """
+
+    def __init__(self, clock: SimClock, skew: Callable[[], float]):
+        self._clock = clock
+        self._skew = skew
+
+    def now(self) -> datetime.datetime:
+        return self._clock.now() + datetime.timedelta(seconds=self._skew())
+
+    def monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)

@@ -223,7 +223,8 @@ class Simulation:
         env = ports.Environment(
             cloud=_CycleCloud(self.cloud, copy.new_cycle,
                               self.snapshot_calls),
-            clock=self.clock,
+            clock=sim_clock.ServiceClock(
+                self.clock, lambda: self.world.clock_skew),
             fencer=self._fencer_factory(conf),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
@@ -425,6 +426,17 @@ class Simulation:
                     self.stop(copy_name)
                     self.start(copy_name)
             return
+        elif name == 'clock':
+            if len(a) != 2 or a[0] != 'skew':
+                raise sim_world.ScenarioError(
+                    '%s: expected "clock skew SECONDS"' % where)
+            try:
+                w.clock_skew = float(a[1])
+            except ValueError:
+                raise sim_world.ScenarioError(
+                    '%s: %r is not a number of seconds' % (where, a[1]))
+            host = None
+            details['skew'] = w.clock_skew
         elif name == 'end':
             self.end = cmd.t
             return

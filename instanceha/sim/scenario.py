@@ -77,6 +77,9 @@ COMMANDS = {
              'delete-service: the host\'s compute service record is '
              'deleted' % (', '.join(sim_world.NOVA_CALLS),
                           ', '.join(sim_world.NOVA_ERRORS))),
+    'clock': ('skew SECONDS', 'the clock of the machines instanceha runs '
+              'on is SECONDS ahead of Nova\'s (negative: behind) from now '
+              'on; Nova and the hosts keep the simulated time'),
     'set': ('[GROUP.]OPTION VALUE', 'change an option of every copy (the '
             'copies are restarted to read it, like a config reload)'),
     'end': ('', 'stop the simulation here'),

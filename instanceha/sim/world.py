@@ -258,6 +258,9 @@ class World:
         self.migration_delay = 0.0
         #: Hosts whose compute service record was deleted from Nova.
         self.deleted_services: set[str] = set()
+        #: Seconds the instanceha machines' clock runs ahead of Nova's
+        #: (negative: behind); ``clock skew``. The world runs on Nova's.
+        self.clock_skew = 0.0
 
     # --- scheduling world events -------------------------------------
 
@@ -431,7 +434,12 @@ class World:
                         lambda: self._booted(h, new))
         self.at(h.kdump_end, reboot)
 
+    def local(self, t: float) -> datetime.datetime:
+        """World time ``t`` on the instanceha machines' (skewed) clock."""
+        return self.clock.at(t + self.clock_skew)
+
     def kdump_last_message(self, host: str) -> datetime.datetime | None:
+        """When instanceha's listener got the last message (its clock)."""
         h = self.hosts.get(host)
         if not h or h.kdump_start is None or not h.network_ok:
             return None
@@ -440,7 +448,7 @@ class World:
         if end < h.kdump_start:
             return None
         n = math.floor((end - h.kdump_start) / self.timing.kdump_interval)
-        return self.clock.at(h.kdump_start + n * self.timing.kdump_interval)
+        return self.local(h.kdump_start + n * self.timing.kdump_interval)
 
     def in_kdump(self, h: Host) -> bool:
         return (h.kdump_start is not None and h.powered
@@ -852,12 +860,13 @@ class SimCloud(ports.CloudPort):
         if migrations_since is not None:
             self._call()
             migs = tuple(self._migrations(since=migrations_since))
+        # Taken at by our clock; the skew as Nova's Date header tells it.
         return model.Snapshot(
-            taken_at=w.clock.now(),
+            taken_at=w.local(w.clock.t),
             services=tuple(w.service_model(h) for h in w.hosts.values()
                            if h.name not in w.deleted_services),
             servers=servers, aggregates=tuple(w.aggregates.values()),
-            images=imgs, migrations=migs)
+            images=imgs, migrations=migs, clock_skew=w.clock_skew)
 
     def update_service(self, service: model.Service, *,
                        status: str | None = None,
@@ -889,6 +898,10 @@ class SimCloud(ports.CloudPort):
     def _migrations(self, server_id=None, source_host=None, since=None):
         w = self.world
         out = []
+        if since is not None:
+            # changes-since is given in our clock; Nova filters by its own
+            # (the Nova adapter translates it with the Date header's skew).
+            since -= datetime.timedelta(seconds=w.clock_skew)
         for mig in reversed(w.migrations):
             if server_id and mig.server_id != server_id:
                 continue
@@ -975,7 +988,7 @@ class SimKdumpListener:
         if last is None:
             return None
         h = self.world.hosts[host]
-        first = self.world.clock.at(h.kdump_start)
+        first = self.world.local(h.kdump_start)
         count = 1 + int((last - first).total_seconds()
                         // self.world.timing.kdump_interval)
         return listener.KdumpRecord(first=first, last=last, count=count,

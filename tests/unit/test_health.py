@@ -318,6 +318,23 @@ class MonitorTest(testtools.TestCase):
         self.assertEqual(0.0, self.value(
             'instanceha_coordination_backend_up'))
 
+    def test_clock_skew_beyond_the_bound_is_a_reason_and_a_metric(self):
+        self.monitor.max_clock_skew = 10
+        self.engine.snapshot = types.SimpleNamespace(clock_skew=4.0)
+        self.engine.tick()
+        self.assertTrue(self.ready()[0])
+        self.assertEqual(4.0, self.value(
+            'instanceha_nova_clock_skew_seconds'))
+        self.engine.snapshot = types.SimpleNamespace(clock_skew=-42.0)
+        self.engine.tick()
+        ok, body = self.ready()
+        self.assertFalse(ok)
+        self.assertEqual(["clock: this machine's clock is 42s behind Nova's "
+                          "(more than [detection] max_clock_skew = 10s)"],
+                         body['reasons'])
+        self.assertEqual(-42.0, self.value(
+            'instanceha_nova_clock_skew_seconds'))
+
     def test_listener_counters(self):
         self.assertEqual(7.0, self.value(
             'instanceha_listener_packets_total', listener='heartbeat',

@@ -17,6 +17,7 @@ tests/functional/test_nova_cloud.py.
 """
 
 import datetime
+from unittest import mock
 
 import testtools
 
@@ -87,3 +88,35 @@ class TestConfiguration(testtools.TestCase):
         exc = self.assertRaises(exceptions.ConfigurationError,
                                 nova.NovaCloud, conf)
         self.assertIn('[nova] auth_type', str(exc))
+
+
+class TestClockSkew(testtools.TestCase):
+    """Nova's Date header -> how far our clock is ahead of Nova's.
+
+    A bare object stands in for a response: only its headers are read
+    (the functional tests run the real Nova, whose clock is ours).
+    """
+
+    def skew(self, date, sent):
+        cloud = nova.NovaCloud.__new__(nova.NovaCloud)
+        cloud.clock_skew = None
+        resp = type('Resp', (), {'headers': {'Date': date} if date else {}})
+        with mock.patch('time.time', return_value=sent):
+            cloud._note_date(resp, sent)
+        return cloud.clock_skew
+
+    def test_date_header(self):
+        # Nova says 12:00:00 (whole seconds); we say 12:05:00.5.
+        noon = datetime.datetime(2026, 1, 1, 12, 0,
+                                 tzinfo=datetime.timezone.utc).timestamp()
+        self.assertEqual(300.0, self.skew('Thu, 01 Jan 2026 12:00:00 GMT',
+                                          noon + 300.5))
+        self.assertEqual(-120.0, self.skew('Thu, 01 Jan 2026 12:00:00 GMT',
+                                           noon - 119.5))
+        # Within the header's resolution: no skew.
+        self.assertEqual(0.0, self.skew('Thu, 01 Jan 2026 12:00:00 GMT',
+                                        noon + 0.9))
+
+    def test_missing_or_malformed_date_keeps_unknown(self):
+        self.assertIsNone(self.skew(None, 0))
+        self.assertIsNone(self.skew('yesterday', 0))

@@ -181,9 +181,10 @@ class HeartbeatDetector(base.Detector):
         fresh = {h for h, a in ages.items() if a is not None and a <= timeout}
         self._update_hold(fresh, set(hosts))
         result = {}
+        nova_now = snapshot.nova_now(now)
         for host in hosts:
             result[host] = self._judge(snapshot.service(host), ages[host],
-                                       timeout, mono, now)
+                                       timeout, mono, nova_now)
         self._prev_fresh = fresh
         if self._hold_left:
             self._hold_left -= 1
@@ -222,7 +223,7 @@ class HeartbeatDetector(base.Detector):
 
     def _judge(self, service: model.Service | None, age: float | None,
                timeout: int, mono: float,
-               now: datetime.datetime) -> base.Evidence:
+               nova_now: datetime.datetime) -> base.Evidence:
         host = service.host
 
         def ev(verdict, text):
@@ -230,9 +231,11 @@ class HeartbeatDetector(base.Detector):
 
         if age is not None and age <= timeout:
             nova_down = service.forced_down or service.state == model.DOWN
-            # Nova's own report is stale (the nova detector's delta rule).
+            # Nova's own report is stale (the nova detector's delta rule,
+            # on Nova's clock).
             nova_stale = service.updated_at is not None and (
-                now - service.updated_at).total_seconds() > self.conf.delta
+                nova_now - service.updated_at).total_seconds() > (
+                    self.conf.delta)
             if nova_down or nova_stale:
                 if host not in self._isolated:
                     LOG.warning('host %s: Nova reports its compute service '

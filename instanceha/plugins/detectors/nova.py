@@ -13,9 +13,20 @@
 """Nova's own witness: the nova-compute service state and heartbeat (R4)."""
 
 import datetime
+import logging
 
 from instanceha.engine import model
 from instanceha.plugins.detectors import base
+
+LOG = logging.getLogger(__name__)
+
+
+def skew_message(skew: float, bound: int) -> str:
+    """The operator's words for a clock difference beyond the bound."""
+    return ('clock: this machine\'s clock is %.0fs %s Nova\'s (more than '
+            '[detection] max_clock_skew = %ds); heartbeats are judged by '
+            'Nova\'s clock, but fix NTP on both' % (
+                abs(skew), 'ahead of' if skew > 0 else 'behind', bound))
 
 
 class NovaDetector(base.Detector):
@@ -23,14 +34,20 @@ class NovaDetector(base.Detector):
 
     Nova itself declares a service down only after its
     ``service_down_time`` (60 s by default); ``[DEFAULT] delta`` lets
-    instanceha notice a stale ``updated_at`` sooner. A missing or
+    instanceha notice a stale ``updated_at`` sooner. The age is measured
+    on Nova's clock (``Snapshot.nova_now``): our clock running ahead of
+    Nova's would otherwise make every host look failed. A missing or
     malformed time stamp on a service Nova reports ``up`` gives no vote
     (unknown, with the raw text in the reason): a parsing problem must
     never look like a dead host.
     """
 
     description = ('nova-compute state down, or updated_at older than '
-                   '[DEFAULT] delta')
+                   '[DEFAULT] delta (by Nova\'s clock)')
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self._skew_reported: float | None = None
 
     @classmethod
     def get_properties(cls) -> dict[str, str]:
@@ -40,8 +57,31 @@ class NovaDetector(base.Detector):
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         delta = datetime.timedelta(seconds=self.conf.delta)
+        self._report_skew(snapshot.clock_skew)
+        # updated_at is written by Nova's clock: judge it by Nova's clock.
+        now = snapshot.nova_now(now)
         return {svc.host: self._judge(svc, now, delta)
                 for svc in snapshot.services}
+
+    def _report_skew(self, skew: float | None) -> None:
+        """Warn when our clock and Nova's differ by more than the bound.
+
+        Once when it starts, again when it grows by another bound, and
+        once when it is back within the bound: not every poll.
+        """
+        bound = self.conf.detection.max_clock_skew
+        if skew is None:
+            return
+        if abs(skew) <= bound:
+            if self._skew_reported is not None:
+                LOG.info('clock: this machine and Nova agree again (%+.1fs)',
+                         skew)
+                self._skew_reported = None
+            return
+        last = self._skew_reported
+        if last is None or abs(skew - last) > bound:
+            LOG.warning(skew_message(skew, bound))
+            self._skew_reported = skew
 
     @staticmethod
     def _judge(svc: model.Service, now: datetime.datetime,
