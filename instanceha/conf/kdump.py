@@ -30,6 +30,13 @@ OPTS = [
                help='Seconds a failed host is given to send its first '
                     'fence_kdump message before it is fenced the usual way '
                     '(seed parameter KDUMP_TIMEOUT).'),
+    cfg.IntOpt('message_interval', default=10, min=1, max=3600,
+               help='Seconds between two fence_kdump messages of a dumping '
+                    'host (fence_kdump_send\'s -i, 10 by default). A dump '
+                    'counts as a fence only while it is live: its last '
+                    'message at most this old when the host would be '
+                    'fenced. A dump that ended may have been followed by a '
+                    'reboot.'),
     cfg.IntOpt('message_timeout', default=30, min=1, max=3600,
                help='A host whose last fence_kdump message is older than '
                     'this many seconds has stopped dumping (fence_kdump_send '

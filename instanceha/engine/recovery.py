@@ -698,11 +698,12 @@ class Engine:
                 wf.kdump_deadline = clock.monotonic() + timeout
                 self._emit(events.KDUMP_WAIT, wf.host, timeout=timeout)
             # Only a dump in progress proves the host runs nothing: its
-            # messages must still arrive now (within message_timeout). A
-            # dump that ended may have been followed by a reboot.
+            # messages must still arrive now (the last one within one
+            # message interval). A dump that ended may have been followed
+            # by a reboot.
             last = self.env.kdump.last_message(wf.host)
             live = datetime.timedelta(
-                seconds=self._kdump_opt('message_timeout', 30))
+                seconds=self._kdump_opt('message_interval', 10))
             if last is not None and clock.now() - last <= live:
                 self._fenced(wf, ports.FenceResult(
                     host=wf.host, level=0, devices=(), kdump=True))
