@@ -86,11 +86,38 @@ def annotate_fencing(plan: plan_mod.Plan, conf: cfg.ConfigOpts
         plan, decisions=tuple(annotate(d) for d in plan.decisions))
 
 
+#: Said when gates that ask someone (veto hooks) were left out.
+NOT_ASKED = ('veto hooks not asked (a dry run; --ask-hooks asks them, '
+             'sending them a proposal nobody will carry out): %s')
+#: Said when they were asked.
+ASKED = ('veto hooks asked (--ask-hooks); the proposal they received will '
+         'not be carried out: %s')
+
+
+def hook_gates(drivers, ask: bool) -> tuple[object, str | None]:
+    """Drivers for a dry run and what to say about the veto hooks.
+
+    Gates that ask someone outside (``pure = False``: veto hooks) are
+    asked only when the operator says so: a dry run must not send a
+    proposal as if it were about to be carried out.
+    """
+    asking = [g for g in drivers.gates if not getattr(g, 'pure', False)
+              and getattr(g, 'hooks', None)]
+    if not asking:
+        return drivers, None
+    names = ', '.join(getattr(g, 'name', type(g).__name__) for g in asking)
+    if ask:
+        return drivers, ASKED % names
+    kept = [g for g in drivers.gates if g not in asking]
+    return dataclasses.replace(drivers, gates=kept), NOT_ASKED % names
+
+
 def _plan(conf: cfg.ConfigOpts) -> int:
     from instanceha.cloud import nova
     from instanceha.engine import decide
 
-    drivers = loader.load_deciders(conf)
+    drivers, note = hook_gates(loader.load_deciders(conf),
+                               conf.command.plan_ask_hooks)
     cloud = nova.NovaCloud(conf)
     snapshot = cloud.snapshot(**decide.snapshot_needs(drivers))
     plan = annotate_fencing(
@@ -98,8 +125,12 @@ def _plan(conf: cfg.ConfigOpts) -> int:
     if conf.command.format == 'json':
         json.dump(plan.as_dicts(), sys.stdout, indent=2)
         sys.stdout.write('\n')
+        if note:
+            print(note, file=sys.stderr)
     else:
         print(format_table(plan))
+        if note:
+            print(note)
         print('%d Nova API call(s)' % cloud.api_calls)
     return 0
 
@@ -113,4 +144,10 @@ def add_parsers(subparsers) -> None:
                         help='table for people (default), json (a list of '
                              '{host, decision, verdict, reasons, servers, '
                              'recovery_state}) for machines')
+    parser.add_argument('--ask-hooks', dest='plan_ask_hooks',
+                        action='store_true',
+                        help='also ask the veto hooks ([veto_hooks] hooks); '
+                             'by default they are not asked, since they '
+                             'would receive a proposal that is not carried '
+                             'out')
     parser.set_defaults(func=_plan)

@@ -37,9 +37,13 @@ OPTS = [
                      'above), anything else (including redirects) is a hook '
                      'error; user:password@ in the URL is sent as basic '
                      'authentication. Hooks are asked in parallel on every '
-                     'poll while hosts wait for recovery (and by '
-                     'instanceha-manage plan), so a hook must answer a '
-                     'question, not act. Needs "%s" in [gates] enabled.'
+                     'poll while hosts wait for recovery, as a job on the '
+                     'service\'s workers: the hosts proposed wait for the '
+                     'answer, other hosts\' recoveries go on meanwhile '
+                     '(instanceha-manage plan asks them only with '
+                     '--ask-hooks). A hook must answer a question, not act. '
+                     'Names in "veto" that are not proposed are ignored. '
+                     'Needs "%s" in [gates] enabled.'
                      % GATE),
     cfg.FloatOpt('timeout', default=10.0, min=0.1, max=120.0,
                  help='Seconds each hook has to answer; a hook still '

@@ -29,6 +29,7 @@ The order of questions for each host, first answer wins:
 Failed hosts dropped in step 4 still count as failed for the gates.
 """
 
+from collections.abc import Callable
 from collections.abc import Mapping
 import datetime
 
@@ -200,8 +201,8 @@ def _eligible_servers(filters, host, snapshot
 
 def make_plan(snapshot: model.Snapshot, drivers, conf,
               now: datetime.datetime,
-              recovering: Mapping[str, states.HostState] | None = None
-              ) -> plan_mod.Plan:
+              recovering: Mapping[str, states.HostState] | None = None,
+              submit: Callable | None = None) -> plan_mod.Plan:
     """Decide, for every compute host, what this cycle should do.
 
     :param drivers: anything with ``detectors``, ``filters`` and ``gates``
@@ -210,6 +211,9 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     :param recovering: the caller's own view of hosts in a workflow; it
         takes precedence over the markers read from Nova. Hosts in
         suspect or fence_failed are decided again like new failures.
+    :param submit: the engine executor's ``submit``: gates that ask
+        someone (veto hooks) do it there and the plan lists what it waits
+        for (``Plan.waiting``); None asks them in place.
     """
     recovering = recovering or {}
     started = frozenset(h for h, s in recovering.items() if s in _STARTED)
@@ -281,6 +285,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
 
     blocked_by: list[str] = []
     blocked: dict[str, str] = {}
+    waiting: list = []
     remaining = set(candidates)
     for gate in drivers.gates:
         if not remaining:
@@ -292,7 +297,9 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
             monitored=frozenset(monitored),
             started=frozenset(remaining) & started,
             reasons={h: tuple(candidates[h][0]) for h in remaining},
-            servers={h: candidates[h][1] for h in remaining}))
+            servers={h: candidates[h][1] for h in remaining},
+            submit=submit))
+        waiting.extend(getattr(judged, 'waiting', ()))
         if judged.block_all:
             why = '%s: %s' % (gate.name, judged.block_all)
             blocked_by.append(why)
@@ -316,4 +323,4 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     return plan_mod.Plan(
         taken_at=snapshot.taken_at,
         decisions=tuple(decided[h] for h in sorted(decided)),
-        blocked_by=tuple(blocked_by))
+        blocked_by=tuple(blocked_by), waiting=tuple(waiting))

@@ -109,6 +109,14 @@ class Plan:
     decisions: tuple[HostDecision, ...] = ()
     #: Messages of the gates that blocked the whole plan ("gate: why").
     blocked_by: tuple[str, ...] = ()
+    #: Jobs a gate waits on (veto hooks asked on the executor): the hosts
+    #: they concern are BLOCKED in this plan; plan again once all are done.
+    waiting: tuple = ()
+
+    @property
+    def answered(self) -> bool:
+        """True when the plan waited on gates that have all answered."""
+        return bool(self.waiting) and all(f.done() for f in self.waiting)
 
     def decision(self, host: str) -> HostDecision | None:
         for d in self.decisions:

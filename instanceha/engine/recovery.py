@@ -226,7 +226,11 @@ class Engine:
         if not leader:
             return
         now = self.env.clock.monotonic()
-        if self._next_poll is None or now >= self._next_poll:
+        # A plan that waited on gates (veto hooks asked on the executor)
+        # is made again as soon as they have answered.
+        answered = self.plan is not None and getattr(
+            self.plan, 'answered', False)
+        if self._next_poll is None or now >= self._next_poll or answered:
             self._next_poll = now + self.conf.poll
             self._cycle()
         if self.conf.disabled:
@@ -402,7 +406,8 @@ class Engine:
             return self._planner(snapshot, now, recovering)
         from instanceha.engine import decide
         return decide.make_plan(snapshot, self.drivers, self.conf, now,
-                                recovering=recovering)
+                                recovering=recovering,
+                                submit=self.env.executor.submit)
 
     def _take_snapshot(self) -> model.Snapshot:
         kwargs = {}

@@ -305,7 +305,8 @@ class Simulation:
 
         def plan(snapshot, now, recovering):
             result = decide.make_plan(snapshot, drivers, conf, now,
-                                      recovering=recovering)
+                                      recovering=recovering,
+                                      submit=copy.executor.submit)
             seen = {}
             for d in result.decisions:
                 decision = getattr(d.decision, 'value', d.decision)

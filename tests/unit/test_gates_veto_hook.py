@@ -18,6 +18,7 @@ mocked.
 """
 
 import base64
+from concurrent import futures
 import http.server
 import json
 import os
@@ -32,10 +33,12 @@ from oslo_config import cfg
 import testtools
 
 from instanceha import conf as ha_conf
+from instanceha.engine import decide
 from instanceha.engine import model
 from instanceha.engine import plan
 from instanceha import exceptions
 from instanceha.plugins.gates import veto_hook
+from instanceha.plugins import loader
 from tests.unit import test_decide as h
 
 D = plan.Decision
@@ -552,3 +555,96 @@ class TestHelpers(testtools.TestCase):
     def test_safe_url(self):
         self.assertEqual('https://h:8443/p',
                          veto_hook.safe_url('https://u:p@h:8443/p?t=1#f'))
+
+
+class ManualExecutor:
+    """Jobs run only when the test says so (the engine's executor port)."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, fn, *args, **kwargs):
+        fut = futures.Future()
+        self.jobs.append((fut, fn, args, kwargs))
+        return fut
+
+    def run_all(self):
+        for fut, fn, args, kwargs in self.jobs:
+            fut.set_result(fn(*args, **kwargs))
+        self.jobs = []
+
+
+class TestHooksOnTheExecutor(testtools.TestCase):
+    """The hooks are asked as a job: the plan never waits on the tick."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(HookDir())
+        services, servers = h.cloud(6, down={'host1', 'host3'})
+        self.snap = h.snapshot(services, servers)
+        self.conf = conf_with([self.dir.write('veto', VETO_ONE)])
+        self.drivers = loader.load_deciders(self.conf)
+        self.executor = ManualExecutor()
+
+    def plan(self):
+        return decide.make_plan(self.snap, self.drivers, self.conf, h.NOW,
+                                submit=self.executor.submit)
+
+    def test_plan_waits_for_the_answer_then_uses_it(self):
+        first = self.plan()
+        self.assertEqual(1, len(self.executor.jobs))
+        self.assertEqual([], first.to_recover())
+        self.assertIn('waiting for the veto hooks',
+                      first.decision('host1').reasons[-1])
+        self.assertFalse(first.answered)
+        # Asked once, however often the plan is made meanwhile.
+        self.assertEqual([], self.plan().to_recover())
+        self.assertEqual(1, len(self.executor.jobs))
+        self.executor.run_all()
+        self.assertTrue(first.answered)
+        second = self.plan()
+        self.assertEqual(['host1'], [d.host for d in second.to_recover()])
+        self.assertIn('etcd member on host3',
+                      second.decision('host3').reasons[-1])
+        self.assertEqual((), second.waiting)
+        # The next plan asks again: a veto holds while the hook says so.
+        self.assertEqual([], self.plan().to_recover())
+        self.assertEqual(1, len(self.executor.jobs))
+
+    def test_an_answer_to_another_proposal_is_not_used(self):
+        self.plan()
+        services, servers = h.cloud(6, down={'host1'})
+        self.snap = h.snapshot(services, servers)
+        self.executor.run_all()
+        p = self.plan()  # the old answer is dropped, the new set asked
+        self.assertEqual([], p.to_recover())
+        self.assertEqual(1, len(self.executor.jobs))
+        self.executor.run_all()
+        self.assertEqual(['host1'], [d.host for d in self.plan().to_recover()])
+
+    def test_a_failed_job_is_a_hook_error(self):
+        self.plan()
+        fut = self.executor.jobs[0][0]
+        fut.set_exception(RuntimeError('worker died'))
+        self.executor.jobs = []
+        p = self.plan()
+        self.assertEqual([], p.to_recover())
+        self.assertIn('asking it failed: worker died', p.blocked_by[0])
+
+
+class TestDryRun(testtools.TestCase):
+
+    def test_hooks_asked_only_with_the_flag(self):
+        from instanceha.cmd import manage_plan
+        d = self.useFixture(HookDir())
+        drivers = loader.load_deciders(conf_with([d.write('allow', ALLOW)]))
+        kept, note = manage_plan.hook_gates(drivers, ask=False)
+        self.assertEqual(GATES[:-1], [g.name for g in kept.gates])
+        self.assertIn('veto hooks not asked', note)
+        self.assertIn('--ask-hooks', note)
+        kept, note = manage_plan.hook_gates(drivers, ask=True)
+        self.assertIs(drivers, kept)
+        self.assertIn('veto hooks asked', note)
+        nohooks = loader.load_deciders(conf_with([]))
+        self.assertEqual((nohooks, None),
+                         manage_plan.hook_gates(nohooks, ask=False))

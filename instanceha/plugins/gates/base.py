@@ -13,7 +13,9 @@
 """Gates allow or block the plan as a whole or per host (R5, R6, R19)."""
 
 import abc
+from collections.abc import Callable
 from collections.abc import Mapping
+from concurrent.futures import Future
 import dataclasses
 import datetime
 
@@ -27,6 +29,9 @@ class GateVerdict:
     block_all: str | None = None
     #: Hosts blocked individually, with why.
     blocked_hosts: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Jobs whose answer the gate still waits for (its hosts are blocked
+    #: meanwhile): the engine plans again as soon as they are done.
+    waiting: tuple[Future, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +67,9 @@ class GateContext:
     #: The part of ``recovering`` we keep out of service (left_disabled,
     #: FAILED) until an operator hands it back: for the gates' messages.
     held: frozenset[str] = frozenset()
+    #: Runs slow work (asking someone) as a job on the engine's executor
+    #: and returns its future; None: the gate asks in place (dry run).
+    submit: Callable[..., Future] | None = None
 
     @property
     def unhealthy(self) -> frozenset[str]:

@@ -28,6 +28,7 @@ protection that silently fails open protects nothing.
 
 import base64
 from concurrent import futures
+from concurrent.futures import Future
 import dataclasses
 import http.client
 import json
@@ -354,6 +355,8 @@ class VetoHookGate(base.Gate):
     def __init__(self, conf):
         super().__init__(conf)
         self._hooks: list[Hook] | None = None
+        #: The proposal being asked on the engine's executor, and its job.
+        self._job: tuple[frozenset[str], Future] | None = None
 
     @classmethod
     def get_properties(cls) -> dict[str, str]:
@@ -400,14 +403,53 @@ class VetoHookGate(base.Gate):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def check(self, ctx: base.GateContext) -> base.GateVerdict:
+        """Ask the hooks about ``ctx.candidates``.
+
+        With ``ctx.submit`` (the service) the hooks are asked as a job on
+        the engine's executor, so a slow hook never holds up the tick nor
+        the other hosts' workflows: until the job is done the proposed
+        hosts are BLOCKED ("waiting for the veto hooks") and the verdict
+        names the job, which the engine waits for before planning again.
+        An answer is used once, for the proposal it was asked about; a
+        new proposal is asked anew. Without ``ctx.submit`` (a dry run
+        asked to) they are asked in place.
+        """
         if not self.hooks:
             return base.GateVerdict()
         proposed = frozenset(ctx.candidates)
         payload = json.dumps(proposal(ctx), sort_keys=True).encode()
+        if ctx.submit is None:
+            return self._verdict(self.ask_all(payload, proposed), proposed)
+        job = self._job
+        if job is not None and job[1].done():
+            self._job = None
+            if job[0] == proposed:
+                return self._verdict(self._answers(job[1]), proposed)
+            job = None  # answered a proposal that changed since: ask anew
+        if job is None:
+            fut = ctx.submit(self.ask_all, payload, proposed)
+            if fut.done():  # asked at once (an idle executor, a simulation)
+                return self._verdict(self._answers(fut), proposed)
+            self._job = job = (proposed, fut)
+        why = ('waiting for the veto hooks\' answer' if job[0] == proposed
+               else 'waiting for the veto hooks to answer an earlier '
+                    'proposal before asking about this one')
+        return base.GateVerdict(blocked_hosts={h: why for h in proposed},
+                                waiting=(job[1],))
+
+    def _answers(self, fut: Future) -> list[Answer]:
+        exc = fut.exception()
+        if exc is not None:
+            return [Answer(h.name, error='asking it failed: %s' % exc)
+                    for h in self.hooks]
+        return fut.result()
+
+    def _verdict(self, answers: list[Answer], proposed: frozenset[str]
+                 ) -> base.GateVerdict:
         block_all: list[str] = []
         blocked: dict[str, list[str]] = {}
         on_error = self.conf[GROUP].on_error
-        for ans in self.ask_all(payload, proposed):
+        for ans in answers:
             if ans.error:
                 msg = 'hook %s failed: %s' % (ans.hook, ans.error)
                 if on_error == 'veto':
