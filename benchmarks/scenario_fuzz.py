@@ -1,0 +1,454 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Randomized adversarial scenarios: the real engine against chaos.
+
+Each seed builds one short simulation — a small cloud (4 to 8 hosts, one
+or two failure domains, some hosts behind a PDU as a second fencing
+level, sometimes a spare), a random configuration (strategy, detectors,
+``leave_disabled``, one or two copies of the service, kdump) and a
+random timeline of host failures and returns, BMC faults, Nova API
+faults, leadership changes (copies crashing and restarting, the
+coordination backend failing), operator actions (disabling a host with
+a reason of their own, enabling it again), failing rebuilds and clock
+skew — and runs the production engine on it in the simulator. The same
+seed always builds and runs the same scenario.
+
+Checked on every run:
+
+* the simulator's own invariants, all the time (``CHECK`` lines): only
+  the leader acts; no evacuation from a host no fencing device confirmed
+  off (or that is not crash-dumping); no instance running on two hosts;
+  no instance evacuated twice for one failure; nothing done to a host a
+  gate blocked; nothing done in detect-only mode;
+* at the end, *operator wins*: a host whose last operator action was
+  ``disable`` with a reason of their own is still disabled with that
+  reason (nothing we did overwrote or re-enabled it).
+
+Printed as a table (runs, violations by invariant, time) and as JSON
+(``--json``, ``--json-file``), with every failing seed and its first
+violation; ``--write-case DIR --seed N`` writes seed N as a scenario
+directory for ``instanceha-simulate``::
+
+    python benchmarks/scenario_fuzz.py --runs 2000
+    python benchmarks/scenario_fuzz.py --runs 200 --seed 1000 --json
+    python benchmarks/scenario_fuzz.py --seed 1234 --write-case /tmp/c1234
+
+``--mix`` chooses the kinds of fault (default: all of them); the CI
+smoke run (tests/scenarios/test_fuzz.py) uses a narrower mix and says
+why.
+"""
+
+import argparse
+import collections
+import json
+import logging
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+
+import yaml
+
+from instanceha.sim import runner
+from instanceha.sim import scenario as sim_scenario
+from instanceha.sim import world as sim_world
+
+#: Kinds of trouble a timeline may contain.
+MIX_ALL = ('host', 'return', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
+           'clock', 'restart')
+
+#: Invariant names, from the simulator's CHECK messages.
+INVARIANTS = (
+    ('leader-only', re.compile(r'which is not the leader')),
+    ('fenced-before-evacuate', re.compile(r'no fencing device confirmed')),
+    ('one-running-copy', re.compile(r'running on .* at once')),
+    ('evacuated-once', re.compile(r'evacuated twice')),
+    ('gate-respected', re.compile(r'although a gate blocked')),
+    ('detect-only-acts-not', re.compile(r'while \[DEFAULT\] disabled')),
+)
+OPERATOR_WINS = 'operator-wins'
+END = 900.0
+HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
+
+
+def invariant_of(violation: str) -> str:
+    for name, pattern in INVARIANTS:
+        if pattern.search(violation):
+            return name
+    return 'other'
+
+
+class Case:
+    """One generated scenario: files, topology and timeline."""
+
+    def __init__(self, seed: int, mix: tuple[str, ...] = MIX_ALL):
+        self.seed = seed
+        self.mix = mix
+        rnd = self.rnd = random.Random(seed)
+        n = rnd.randint(4, 8)
+        self.hosts = ['compute-%d' % i for i in range(n)]
+        self.copies = ['ha-a', 'ha-b'] if (
+            'leader' in mix and rnd.random() < 0.5) else ['ha']
+        self.spare = 'spare-1' if rnd.random() < 0.25 else None
+        self.pdus = {h: 'pdu-%s' % h for h in self.hosts
+                     if rnd.random() < 0.3}
+        self.options = self._options()
+        self.timeline: list[tuple[float, str, tuple[str, ...]]] = []
+        self.operator: dict[str, str | None] = {}
+        self._events()
+
+    # -- the cloud ---------------------------------------------------------
+
+    def topology(self) -> dict:
+        rnd = random.Random(self.seed * 7919 + 1)
+        zones = ['az1'] if rnd.random() < 0.5 else ['az1', 'az2']
+        hosts = {h: {} for h in self.hosts}
+        members: dict[str, list[str]] = {z: [] for z in zones}
+        for i, h in enumerate(self.hosts):
+            members[zones[i % len(zones)]].append(h)
+        if self.spare:
+            hosts[self.spare] = {'status': 'disabled',
+                                 'disabled_reason': 'instanceha:reserved'}
+            members[zones[0]].append(self.spare)
+        aggregates = {}
+        for z, hs in members.items():
+            aggregates['rack-' + z] = {'hosts': hs, 'zone': z}
+            if rnd.random() < 0.3:
+                aggregates['rack-' + z]['metadata'] = {
+                    'max_unhealthy': rnd.choice(['1', '2', '50%'])}
+        instances = {}
+        for h in self.hosts:
+            for k in range(rnd.randint(0, 3)):
+                spec = {'host': h, 'flavor': rnd.choice(['m1.small',
+                                                         'db.large']),
+                        'image': 'cirros'}
+                roll = rnd.random()
+                if roll < 0.1:
+                    spec['status'] = 'SHUTOFF'
+                elif roll < 0.15:
+                    spec['status'] = 'ERROR'
+                elif roll < 0.2:
+                    spec['locked'] = True
+                instances['vm-%s-%d' % (h.split('-')[1], k)] = spec
+        return {
+            'simulation': {'end': END, 'copies': self.copies},
+            'defaults': {'vcpus': rnd.choice([8, 16, 64])},
+            'hosts': hosts,
+            'devices': {pdu: {'host': h, 'kind': 'outlet'}
+                        for h, pdu in self.pdus.items()},
+            'aggregates': aggregates,
+            'flavors': {'m1.small': {'vcpus': 2},
+                        'db.large': {'vcpus': 4, 'extra_specs': {
+                            'instanceha:priority': '10'}}},
+            'images': {'cirros': {}},
+            'instances': instances,
+        }
+
+    def fencing(self) -> dict:
+        hosts = {}
+        for h in self.hosts + ([self.spare] if self.spare else []):
+            bmc = {'driver': 'sim', 'name': 'bmc'}
+            if h in self.pdus:
+                hosts[h] = {'levels': [bmc, {'driver': 'sim', 'name': 'pdu',
+                                             'target': self.pdus[h]}]}
+            else:
+                hosts[h] = bmc
+        return {'hosts': hosts}
+
+    def _options(self) -> dict[str, str]:
+        rnd = self.rnd
+        opts = {'DEFAULT.poll': '15', 'DEFAULT.delta': '30',
+                'fencing.config_file': 'fencing.yaml',
+                'fencing.device_timeout': '20',
+                'fencing.chain_timeout': '120',
+                'evacuation.strategy': rnd.choice(
+                    ['smart', 'smart', 'fire-and-forget', 'orchestrated'])}
+        if rnd.random() < 0.3:
+            opts['DEFAULT.leave_disabled'] = 'true'
+        if rnd.random() < 0.2:
+            opts['DEFAULT.threshold'] = rnd.choice(['34', '75', '100'])
+        detectors = ['nova']
+        if rnd.random() < 0.4:
+            detectors.append('heartbeat')
+            opts['heartbeat.key_file'] = 'heartbeat.key'
+            opts['detection.combine'] = rnd.choice(['veto', 'all'])
+        if 'host' in self.mix and rnd.random() < 0.2:
+            detectors.append('kdump')
+            opts['kdump.check_kdump'] = 'true'
+        opts['detection.detectors'] = ','.join(detectors)
+        if self.spare:
+            opts['reservation.strategy'] = 'reserved-hosts'
+        if rnd.random() < 0.2:
+            opts['evacuation.max_in_flight'] = str(rnd.randint(1, 3))
+        return opts
+
+    # -- the story ---------------------------------------------------------
+
+    def _at(self, t: float, name: str, *args: str) -> None:
+        self.timeline.append((round(t), name, args))
+
+    def _events(self) -> None:
+        rnd, mix = self.rnd, self.mix
+        kinds = [k for k in mix if k != 'return']
+        if 'host' not in kinds:
+            kinds.append('host')
+        for _ in range(rnd.randint(2, 7)):
+            self._event(rnd.choice(kinds), rnd.uniform(20, END - 250))
+
+    def _event(self, kind: str, t: float) -> None:
+        rnd = self.rnd
+        host = rnd.choice(self.hosts)
+        if kind == 'host':
+            what = rnd.choice(['power-off', 'power-off', 'crash',
+                               'cut-network', 'isolate', 'stop-compute',
+                               'kdump'])
+            if what == 'kdump':
+                if 'kdump.check_kdump' not in self.options:
+                    what = 'crash'
+                else:
+                    self._at(t, 'kdump', host, str(rnd.choice([15, 60,
+                                                               150])))
+                    return
+            self._at(t, what, host)
+            back = {'power-off': 'power-on', 'crash': 'power-on',
+                    'cut-network': 'restore-network',
+                    'isolate': 'unisolate',
+                    'stop-compute': 'start-compute'}[what]
+            # "return": someone powers a failed host back on (possibly
+            # while it is being recovered).
+            if rnd.random() < 0.5 and (back != 'power-on'
+                                       or 'return' in self.mix):
+                self._at(t + rnd.uniform(5, 200), back, host)
+        elif kind == 'bmc':
+            device = rnd.choice([host] + list(self.pdus.values()))
+            self._at(t, 'bmc', device, rnd.choice(sim_world.BEHAVIOURS[1:]))
+            if rnd.random() < 0.6:
+                self._at(t + rnd.uniform(10, 200), 'bmc', device, 'ok')
+        elif kind == 'nova':
+            roll = rnd.random()
+            if roll < 0.6:
+                call = rnd.choice(sim_world.NOVA_CALLS)
+                self._at(t, 'nova', 'fail', call, str(rnd.randint(1, 4)),
+                         rnd.choice(sim_world.NOVA_ERRORS))
+            elif roll < 0.8:
+                self._at(t, 'nova', 'down')
+                self._at(t + rnd.uniform(5, 90), 'nova', 'up')
+            else:
+                self._at(t, 'nova', 'delay-migrations',
+                         str(rnd.choice([10, 30, 60])))
+        elif kind == 'leader':
+            if rnd.random() < 0.3:
+                self._at(t, 'coordination', 'down')
+                self._at(t + rnd.uniform(5, 60), 'coordination', 'up')
+            else:
+                copy = rnd.choice(self.copies)
+                self._at(t, 'service', rnd.choice(['crash', 'restart',
+                                                   'stop']), copy)
+                self._at(t + rnd.uniform(1, 60), 'service', 'start', copy)
+        elif kind == 'restart':
+            self._at(t, 'service', 'restart', rnd.choice(self.copies))
+        elif kind == 'operator':
+            reason = 'operator maintenance %d' % rnd.randint(1, 99)
+            self._at(t, 'disable', host, *reason.split())
+            if rnd.random() < 0.4:
+                self._at(t + rnd.uniform(10, 200), 'enable', host)
+        elif kind == 'rebuild':
+            servers = [name for name, spec in
+                       self.topology()['instances'].items()]
+            if servers:
+                self._at(t, 'rebuild-fail', rnd.choice(servers), 'times',
+                         str(rnd.randint(1, 7)))
+        elif kind == 'clock':
+            self._at(t, 'clock', 'skew', str(rnd.choice([-300, -40, 40,
+                                                         300])))
+
+    def commands(self) -> list[sim_scenario.Command]:
+        ordered = sorted(self.timeline, key=lambda c: c[0])
+        return [sim_scenario.Command(float(t), name, args, i + 1)
+                for i, (t, name, args) in enumerate(ordered)]
+
+    def expected_operator_reasons(self) -> dict[str, str]:
+        """Hosts whose last operator action is a disable -> its reason."""
+        last: dict[str, str | None] = {}
+        for t, name, args in sorted(self.timeline, key=lambda c: c[0]):
+            if name == 'disable':
+                last[args[0]] = ' '.join(args[1:])
+            elif name == 'enable':
+                last[args[0]] = None
+        return {h: r for h, r in last.items() if r}
+
+    # -- files -------------------------------------------------------------
+
+    def write(self, directory: str) -> sim_scenario.Scenario:
+        os.makedirs(directory, exist_ok=True)
+        groups: dict[str, list[str]] = collections.OrderedDict()
+        for key, value in self.options.items():
+            group, _, name = key.partition('.')
+            groups.setdefault(group, []).append('%s = %s' % (name, value))
+        with open(os.path.join(directory, 'instanceha.conf'), 'w') as f:
+            for group, lines in groups.items():
+                f.write('[%s]\n%s\n\n' % (group, '\n'.join(lines)))
+        with open(os.path.join(directory, 'fencing.yaml'), 'w') as f:
+            yaml.safe_dump(self.fencing(), f)
+        with open(os.path.join(directory, 'heartbeat.key'), 'w') as f:
+            f.write(HEARTBEAT_KEY + '\n')
+        topo = self.topology()
+        with open(os.path.join(directory, 'topology.yaml'), 'w') as f:
+            yaml.safe_dump(topo, f, sort_keys=False)
+        with open(os.path.join(directory, 'timeline'), 'w') as f:
+            for t, name, args in sorted(self.timeline, key=lambda c: c[0]):
+                f.write('%d %s %s\n' % (t, name, ' '.join(args)))
+        with open(os.path.join(directory, 'README.md'), 'w') as f:
+            f.write('# fuzz-%d: generated by benchmarks/scenario_fuzz.py '
+                    '--seed %d\n' % (self.seed, self.seed))
+        return sim_scenario.Scenario(
+            name='fuzz-%d' % self.seed, path=os.path.abspath(directory),
+            topology=topo, state={},
+            config_file=os.path.join(os.path.abspath(directory),
+                                     'instanceha.conf'),
+            timeline=self.commands())
+
+
+def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
+            directory: str | None = None) -> dict:
+    """Build and run seed ``seed``; its violations by invariant."""
+    case = Case(seed, mix)
+    with tempfile.TemporaryDirectory() as tmp:
+        sc = case.write(directory or tmp)
+        sim = runner.Simulation(sc)
+        sim.world.verbose_nova = False
+        started = time.perf_counter()
+        error = None
+        try:
+            result = sim.run()
+            violations = list(result.violations)
+        except Exception as exc:  # a crash of the engine is a finding too
+            violations = []
+            error = '%s: %s' % (type(exc).__name__, exc)
+        wall = time.perf_counter() - started
+    found = [(invariant_of(v), v) for v in violations]
+    if error is None:
+        for host, reason in sorted(case.expected_operator_reasons().items()):
+            h = sim.world.hosts.get(host)
+            if h is not None and (h.status != 'disabled'
+                                  or h.disabled_reason != reason):
+                found.append((OPERATOR_WINS, 'host %s: the operator '
+                              'disabled it (%r) but it ends %s (%r)' % (
+                                  host, reason, h.status,
+                                  h.disabled_reason)))
+    else:
+        found.append(('engine-error', error))
+    return {'seed': seed, 'violations': found, 'wall_s': wall,
+            'simulated_s': sim.clock.t, 'events': len(case.timeline)}
+
+
+def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
+    started = time.perf_counter()
+    by_invariant: collections.Counter = collections.Counter()
+    failing = []
+    runs = 0
+    simulated = 0.0
+    for seed in seeds:
+        res = run_one(seed, mix)
+        runs += 1
+        simulated += res['simulated_s']
+        kinds = sorted({k for k, _ in res['violations']})
+        for k in kinds:
+            by_invariant[k] += 1
+        if res['violations']:
+            failing.append({'seed': seed, 'invariants': kinds,
+                            'first': res['violations'][0][1]})
+    return {
+        'runs': runs,
+        'seeds': [min(seeds), max(seeds)] if runs else [],
+        'mix': list(mix),
+        'runs_with_violations': len(failing),
+        'violations_by_invariant': dict(sorted(by_invariant.items())),
+        'failing_seeds': failing,
+        'simulated_s': round(simulated),
+        'wall_s': round(time.perf_counter() - started, 2),
+    }
+
+
+def table(report: dict) -> str:
+    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, 'engine-error',
+                                          'other']
+    rows = [('runs', str(report['runs'])),
+            ('seeds', '%s..%s' % tuple(report['seeds'])
+             if report['seeds'] else '-'),
+            ('mix', ','.join(report['mix'])),
+            ('runs with violations', str(report['runs_with_violations']))]
+    rows += [('  ' + n, str(report['violations_by_invariant'].get(n, 0)))
+             for n in names]
+    rows += [('simulated s', str(report['simulated_s'])),
+             ('wall s', '%.2f' % report['wall_s']),
+             ('runs per wall s', '%.1f' % (
+                 report['runs'] / report['wall_s'] if report['wall_s']
+                 else 0))]
+    width = max(len(k) for k, _ in rows)
+    out = ['%s  %s' % (k.ljust(width), v) for k, v in rows]
+    for f in report['failing_seeds'][:20]:
+        out.append('seed %d: %s: %s' % (f['seed'], ','.join(f['invariants']),
+                                        f['first']))
+    if len(report['failing_seeds']) > 20:
+        out.append('... %d more failing seeds in the JSON'
+                   % (len(report['failing_seeds']) - 20))
+    return '\n'.join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--runs', type=int, default=2000)
+    p.add_argument('--seed', type=int, default=1,
+                   help='first seed (default 1); runs use seed, seed+1, ...')
+    p.add_argument('--mix', default=','.join(MIX_ALL),
+                   help='kinds of fault, comma-separated, from %s'
+                   % ', '.join(MIX_ALL))
+    p.add_argument('--json', action='store_true',
+                   help='print JSON instead of the table')
+    p.add_argument('--json-file', help='also write the JSON here')
+    p.add_argument('--write-case', metavar='DIR',
+                   help='write scenario --seed as a case directory and run '
+                        'it once (then: instanceha-simulate --log DIR)')
+    args = p.parse_args(argv)
+    # The engine's own log is the story of thousands of clouds: noise here.
+    logging.disable(logging.CRITICAL)
+    mix = tuple(m for m in args.mix.split(',') if m)
+    unknown = sorted(set(mix) - set(MIX_ALL))
+    if unknown:
+        p.error('--mix: unknown kind(s) %s; choose from %s'
+                % (', '.join(unknown), ', '.join(MIX_ALL)))
+    if args.write_case:
+        res = run_one(args.seed, mix, args.write_case)
+        for kind, what in res['violations']:
+            print('%s: %s' % (kind, what))
+        print('%s: seed %d, %d violation(s)' % (
+            args.write_case, args.seed, len(res['violations'])))
+        return 1 if res['violations'] else 0
+    report = run_many(range(args.seed, args.seed + args.runs), mix)
+    text = json.dumps(report, indent=2)
+    if args.json_file:
+        with open(args.json_file, 'w') as f:
+            f.write(text + '\n')
+    print(text if args.json else table(report))
+    if not args.json:
+        print()
+        print(json.dumps({k: v for k, v in report.items()
+                          if k != 'failing_seeds'}))
+    return 1 if report['runs_with_violations'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,84 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""CI-sized smoke run of the randomized scenario generator.
+
+benchmarks/scenario_fuzz.py builds seeded random simulations (failures,
+BMC faults, Nova faults, leadership changes, operator actions, failing
+rebuilds, clock skew) and runs the real engine on each, checking the
+simulator's invariants and "operator wins". Here a fixed range of seeds
+runs on every test run (a few seconds to a minute on one core); the
+benchmark runs thousands.
+
+Excluded from this mix, and why (widen it once fixed):
+
+* ``return`` — a failed host powered back on by someone else while it is
+  recovered. The engine does not yet re-prove a host off before each
+  evacuation call, so a host powered on during throttled or retried
+  evacuations still gets evacuations (seeds 109 and 330 of the full mix
+  show it: "evacuate ... from compute-4, which no fencing device
+  confirmed off" after a power-on mid-evacuation).
+"""
+
+import importlib.util
+import logging
+import os
+
+import testtools
+
+SMOKE_MIX = ('host', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
+             'clock', 'restart')
+FIRST_SEED = 1
+RUNS = 300
+
+
+def load_generator():
+    path = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks',
+                        'scenario_fuzz.py')
+    spec = importlib.util.spec_from_file_location('scenario_fuzz', path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class TestScenarioFuzz(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.gen = load_generator()
+        logging.disable(logging.CRITICAL)
+        self.addCleanup(logging.disable, logging.NOTSET)
+
+    def test_same_seed_same_scenario(self):
+        a, b = self.gen.Case(42), self.gen.Case(42)
+        self.assertEqual(a.timeline, b.timeline)
+        self.assertEqual(a.options, b.options)
+        self.assertEqual(a.topology(), b.topology())
+        self.assertNotEqual(a.timeline, self.gen.Case(43).timeline)
+
+    def test_violations_are_found_and_named(self):
+        # The checker must be able to fail: a disabled host the engine
+        # re-enabled, and the simulator's own CHECK messages.
+        self.assertEqual('fenced-before-evacuate', self.gen.invariant_of(
+            'evacuate vm-1 from c-1, which no fencing device confirmed off'))
+        self.assertEqual('leader-only', self.gen.invariant_of(
+            'fence c-1 by ha-b, which is not the leader'))
+        self.assertEqual('other', self.gen.invariant_of('something new'))
+
+    def test_smoke_run_has_no_violation(self):
+        report = self.gen.run_many(range(FIRST_SEED, FIRST_SEED + RUNS),
+                                   SMOKE_MIX)
+        self.assertEqual(RUNS, report['runs'])
+        self.assertEqual([], report['failing_seeds'],
+                         'replay one with: python benchmarks/scenario_fuzz.py'
+                         ' --seed N --write-case DIR --mix %s'
+                         % ','.join(SMOKE_MIX))
