@@ -67,6 +67,7 @@ LABELS = {
     ('left_disabled', 'healthy'): 'operator runs hosts clear --enable',
     ('left_disabled', 'waiting_up'): 'operator runs hosts clear',
     ('fencing', 'healthy'): 'operator disabled it with own reason',
+    ('evacuating', 'fencing'): 'its devices report it on again',
     ('fenced', 'healthy'): 'operator disabled it with own reason',
     ('evacuating', 'healthy'): 'operator disabled it with own reason',
     ('evacuated', 'healthy'): 'operator disabled it with own reason',

@@ -71,6 +71,9 @@ Names (``host`` is set on all but the cycle-level ones):
                           seconds (5, doubled while it keeps failing, at
                           most ``poll``)
 ``shutdown``              ``in_flight``: hosts with a running step
+``power_unproven``        ``reason``: no evacuation starts because the
+                          host's fencing devices could not prove it off
+                          just now (read again on the next step)
 ========================  =================================================
 """
 
@@ -104,13 +107,14 @@ LEADER = 'leader'
 SNAPSHOT_FAILED = 'snapshot_failed'
 STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
+POWER_UNPROVEN = 'power_unproven'
 
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_UNANSWERED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
                       NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR,
-                      RECOVERY_HELD, UP_OVERDUE})
+                      RECOVERY_HELD, UP_OVERDUE, POWER_UNPROVEN})
 
 
 def _value(v) -> str:

@@ -85,6 +85,10 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 #: the latest cycle's snapshot, never while Nova cannot be read.
 NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
 
+#: A crash-dumping host counts as off while its latest fence_kdump
+#: message is at most this old (fence_kdump_send repeats every 10 s).
+KDUMP_PROOF_WINDOW = 15.0
+
 #: Seconds before a step that raised is tried again (doubled while it
 #: keeps failing, up to ``poll``).
 STEP_RETRY = 5.0
@@ -168,6 +172,9 @@ class HostWorkflow:
     up_after: datetime.datetime | None = None
     #: Steps in a row that raised (their retry backs off).
     step_errors: int = 0
+    #: Monotonic time the host was last proven off (None: never by this
+    #: copy; an adopted marker is a claim, not a proof).
+    proven_at: float | None = None
 
 
 class Engine:
@@ -754,6 +761,7 @@ class Engine:
             return
         wf.kdump = bool(result.kdump)
         wf.fence_level = result.level
+        wf.proven_at = self.env.clock.monotonic()
         details = {'kdump': True} if wf.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         self._transition(wf, S.FENCED, **details)
@@ -829,8 +837,10 @@ class Engine:
                 since=wf.since)
         budget = 0 if aftercare else self._budget()
         wf.budget = budget
-        ctx = evac_base.StepContext(env=self.env, snapshot=self.snapshot,
-                                    budget=budget)
+        ctx = evac_base.StepContext(
+            env=self.env, snapshot=self.snapshot, budget=budget,
+            prove_off=None if aftercare else self._prover(wf),
+            proven_at=wf.proven_at)
         job = wf.job
 
         def done(progress):
@@ -839,12 +849,58 @@ class Engine:
                 if progress.settled:
                     self._aftercare.pop(wf.host, None)
                 return
+            if progress.unproven is not None:
+                self._unproven(wf, progress.unproven)
+                return
             if progress.complete and not self.conf.disabled:
                 self._evacuation_complete(wf, progress)
 
         # Aftercare only touches instances; the host itself has moved on
         # and its own steps hold the host lock.
         self._submit(wf, lambda: job.step(ctx), done, lock=not aftercare)
+
+    def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
+        """Proof, read now, that ``wf.host`` runs nothing (job thread).
+
+        A host found crash-dumping counts while its fence_kdump messages
+        are current (one repeat interval and some slack); otherwise its
+        fencing devices are read, level by level.
+        """
+        host, kdump = wf.host, wf.kdump
+        window = datetime.timedelta(seconds=min(
+            KDUMP_PROOF_WINDOW, self._kdump_opt('message_timeout', 30)))
+
+        def prove() -> ports.PowerReading:
+            if kdump and self.env.kdump is not None:
+                last = self.env.kdump.last_message(host)
+                if last is not None and self.env.clock.now() - last <= window:
+                    return ports.PowerReading(host=host, off=True,
+                                              detail='crash-dumping')
+            return self.env.fencer.power_state(host)
+        return prove
+
+    def _unproven(self, wf: HostWorkflow,
+                  reading: ports.PowerReading) -> None:
+        """No proof the host is off now: fence it again, or wait.
+
+        Devices reporting it on mean someone powered it on (or its dump
+        ended and it rebooted): its evacuations stop and it is fenced
+        again before any other instance leaves it. A device that cannot
+        be read proves nothing either way: the next step reads again.
+        """
+        if reading.on:
+            wf.kdump = False
+            wf.kdump_deadline = self.env.clock.monotonic()
+            wf.proven_at = None
+            self._transition(wf, S.FENCING, reason=(
+                'powered on again (%s): fenced again before any further '
+                'evacuation' % reading.detail)[:250])
+            return
+        wait = min(STEP_RETRY * 2 ** wf.step_errors, float(self.conf.poll))
+        wf.step_errors += 1
+        wf.retry_at = self.env.clock.monotonic() + wait
+        self._emit(events.POWER_UNPROVEN, wf.host,
+                   reason=reading.detail[:200], retry_in=int(wait))
 
     def _evacuation_complete(self, wf: HostWorkflow,
                              progress: evac_base.Progress) -> None:

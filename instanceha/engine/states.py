@@ -67,7 +67,8 @@ TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED, S.HEALTHY}),
     S.FENCE_FAILED: frozenset({S.FENCING, S.HEALTHY}),
     S.FENCED: frozenset({S.EVACUATING, S.HEALTHY}),
-    S.EVACUATING: frozenset({S.EVACUATED, S.FAILED, S.HEALTHY}),
+    # Seen powered on again: its evacuations stop, it is fenced again.
+    S.EVACUATING: frozenset({S.EVACUATED, S.FAILED, S.HEALTHY, S.FENCING}),
     S.EVACUATED: frozenset({S.POWERING_ON, S.WAITING_UP, S.LEFT_DISABLED,
                             S.HEALTHY}),
     S.POWERING_ON: frozenset({S.WAITING_UP, S.FAILED, S.HEALTHY}),

@@ -441,6 +441,46 @@ class TestChain(testtools.TestCase):
         t = self.topo({'h1': [['ok', 'ok']]})
         self.assertEqual(('d1.1', 'd1.2'), t.fence('h1').devices)
 
+    def test_power_state_needs_a_whole_level_off(self):
+        t = self.topo({'h1': [['ok'], ['ok', 'ok']]})
+        reading = t.power_state('h1')
+        self.assertEqual((False, True), (reading.off, reading.on))
+        self.assertEqual([], self.calls)  # reading changes nothing
+        # One outlet of a dual-fed server off proves nothing.
+        [[bmc], [pdu_a, pdu_b]] = t.levels('h1')
+        pdu_a.power = base.PowerState.OFF
+        self.assertFalse(t.power_state('h1').off)
+        pdu_b.power = base.PowerState.OFF
+        reading = t.power_state('h1')
+        self.assertTrue(reading.off)
+        self.assertIn('level 2 reports off', reading.detail)
+
+    def test_power_state_of_an_unreadable_device_proves_nothing(self):
+        t = self.topo({'h1': [['ok']]})
+        [[drv]] = t.levels('h1')
+
+        def broken(deadline):
+            raise base.UnreachableError(drv, 'no answer')
+        drv._read_power = broken
+        reading = t.power_state('h1')
+        self.assertEqual((False, False), (reading.off, reading.on))
+        self.assertIn('unreadable', reading.detail)
+        self.assertFalse(t.power_state('nobody').off)
+
+    def test_device_guard_stops_the_chain(self):
+        t = self.topo({'h1': [['down'], ['ok']]})
+        seen = []
+
+        def guard(host, device, action):
+            seen.append(device)
+            if device == 'd2.1':
+                raise exceptions.CoordinationError('not the leader')
+            return 5.0
+        t.device_guard = guard
+        self.assertRaises(exceptions.CoordinationError, t.fence, 'h1')
+        self.assertEqual(['d1.1', 'd1.1', 'd2.1'], seen)
+        self.assertNotIn(('d2.1', 'off'), self.calls)
+
     def test_retryable_failures_are_retried_auth_is_not(self):
         t = self.topo({'h1': [['down,ok']]})
         self.assertEqual(1, t.fence('h1').level)

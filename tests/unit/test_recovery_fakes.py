@@ -253,6 +253,12 @@ class FakeFencer(ports.Fencer):
     def configured(self, host):
         return self.configured_hosts is None or host in self.configured_hosts
 
+    def power_state(self, host):
+        # The fake's truth: a host that is not alive is powered off.
+        off = not self.cloud.alive[host]
+        return ports.PowerReading(host=host, off=off, on=not off,
+                                  detail='ipmi %s' % ('off' if off else 'on'))
+
     def fence(self, host):
         self.calls.append(('off', host))
         if self.fail.get(host):

@@ -33,6 +33,7 @@ marks its host FAILED). Between two attempts of one instance the job waits
 valid host") rarely clears within a second.
 """
 
+from collections.abc import Callable
 import dataclasses
 import enum
 
@@ -51,6 +52,11 @@ MIGRATION_DONE = frozenset({'done', 'completed'})
 #: Anything else (failed, error, cancelled) is a failed attempt.
 
 LOCK_REASON = 'instanceha: evacuating from %s'
+
+#: A proof that the host is off is fresh for this many seconds: every
+#: evacuate call needs one at most this old (a device read costs time,
+#: the calls of one step follow each other within it).
+PROOF_TTL = 2.0
 
 
 def nova_failed(exc: exceptions.CloudError) -> bool:
@@ -131,6 +137,9 @@ class Progress:
     in_flight: int
     #: Hosts that received (or are receiving) an instance.
     landed_on: frozenset[str]
+    #: Set when evacuations were due but the host was not proven off
+    #: now: what its devices said (``on``: it runs again).
+    unproven: ports.PowerReading | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +149,11 @@ class StepContext:
     snapshot: model.Snapshot | None
     #: How many new evacuations this step may start.
     budget: int
+    #: Reads the host's power (or kdump) now; every evacuate call needs a
+    #: proof no older than PROOF_TTL. None: no proof asked (tests only).
+    prove_off: Callable[[], ports.PowerReading] | None = None
+    #: Monotonic time of the latest proof the engine holds (the fence).
+    proven_at: float | None = None
 
 
 class EvacuationJob:
@@ -158,6 +172,8 @@ class EvacuationJob:
         self._classified = False
         #: Why nothing more is started (the host left our hands).
         self._stopped: str | None = None
+        #: Monotonic time of this job's latest proof that the host is off.
+        self._proven_at: float | None = None
 
     # -- helpers ----------------------------------------------------------
 
@@ -290,7 +306,8 @@ class EvacuationJob:
         task.target = self._next_target(task, snapshot)
         task.not_before = env.clock.monotonic() + delay if delay else None
 
-    def _restore_power_state(self, env, task, server: model.Server) -> None:
+    def _restore_power_state(self, env, task,
+                             server: model.Server) -> str | None:
         """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
 
         Nova (microversion 2.94) stops a rebuilt SHUTOFF server itself; a
@@ -302,18 +319,19 @@ class EvacuationJob:
         elif want == 'SHUTOFF' and server.status == 'ACTIVE':
             env.cloud.stop_server(task.server_id)
         else:
-            return
+            return None
         self._emit(env, events.POWER_STATE_RESTORED, server=task.server_id,
                    status=want)
+        return want
 
     def _done(self, env, task, server: model.Server) -> None:
         """The server was rebuilt elsewhere: restore, report, unlock."""
-        self._restore_power_state(env, task, server)
+        restored = self._restore_power_state(env, task, server)
         task.state = TaskState.DONE
         task.dest = server.host
+        # The status Nova reports (after our restore), never an assumed one.
         self._emit(env, events.EVACUATE_DONE, server=task.server_id,
-                   dest=server.host,
-                   status=task.original_status or server.status)
+                   dest=server.host, status=restored or server.status)
         self._unlock(env, task)
 
     # -- one step ---------------------------------------------------------
@@ -490,10 +508,34 @@ class EvacuationJob:
                 break
             if task.not_before is not None and now < task.not_before:
                 continue  # backing off after a failed attempt
+            reading = self._proof(env, ctx)
+            if reading is not None:
+                return dataclasses.replace(self.progress(),
+                                           unproven=reading)
             task.not_before = None
             self._start(env, task, ctx.snapshot)
             budget -= 1
         return self.progress()
+
+    def _proof(self, env, ctx: StepContext) -> ports.PowerReading | None:
+        """None when the host is proven off now; else what was read.
+
+        A proof older than :data:`PROOF_TTL` is renewed before the next
+        evacuate call: the host must be off *now*, not only when it was
+        fenced (someone may have powered it on since).
+        """
+        if ctx.prove_off is None:
+            return None
+        last = max([t for t in (ctx.proven_at, self._proven_at)
+                    if t is not None], default=None)
+        now = env.clock.monotonic()
+        if last is not None and now - last <= PROOF_TTL:
+            return None
+        reading = ctx.prove_off()
+        if not reading.off:
+            return reading
+        self._proven_at = env.clock.monotonic()
+        return None
 
     def _stop_if_given_up(self, env) -> None:
         """R12: once one instance is given up, evacuate nothing more.

@@ -222,6 +222,37 @@ class Topology(ports.Fencer):
                 self._fenced_by.pop(host, None)
             return result
 
+    def power_state(self, host: str) -> ports.PowerReading:
+        """What the host's devices report now, level by level (no change).
+
+        Off is proven by a level whose every device reports off (one
+        outlet of a dual-fed server proves nothing); a level whose every
+        device reports on says the host may be running.
+        """
+        try:
+            levels = self.levels(host)
+        except exceptions.FencingError as exc:
+            return ports.PowerReading(host=host, off=False, detail=str(exc))
+        said: list[str] = []
+        seen_on = False
+        for index, devices in enumerate(levels, 1):
+            states = []
+            for drv in devices:
+                try:
+                    state = base.PowerState(drv.power_status(
+                        timeout=drv.timeout)).value
+                except Exception as exc:  # a read proves nothing
+                    state = 'unreadable (%s)' % exc
+                said.append('%s %s' % (drv.device, state))
+                states.append(state)
+            if all(st == 'off' for st in states):
+                return ports.PowerReading(
+                    host=host, off=True, detail='level %d reports off: %s'
+                    % (index, ', '.join(said[-len(devices):])))
+            seen_on = seen_on or all(st == 'on' for st in states)
+        return ports.PowerReading(host=host, off=False, on=seen_on,
+                                  detail=', '.join(said))
+
     def stop(self) -> None:
         """Release every driver's resources (sessions, temporary files)."""
         for entry in self.file.hosts.values():
