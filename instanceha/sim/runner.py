@@ -533,6 +533,9 @@ class Simulation:
             t = self._next_time(cmds)
             if t is None or t > self.end:
                 break
+            # A copy stopping mid-job waits in simulated time (see
+            # _sleep): what fell due meanwhile runs now, late.
+            t = max(t, self.clock.world_t)
             self.clock.advance_to(t)
             self.world.run_due()
             while cmds and cmds[0].t <= t:
