@@ -32,7 +32,10 @@ Checked on every run:
   gate blocked; nothing done in detect-only mode;
 * at the end, *operator wins*: a host whose last operator action was
   ``disable`` with a reason of their own is still disabled with that
-  reason (nothing we did overwrote or re-enabled it).
+  reason (nothing we did overwrote or re-enabled it);
+* *isolated hosts live* (with the heartbeat detector): no fencing device
+  is asked to power off a host that runs and whose heartbeat agent gets
+  through, while only its link to Nova (or its nova-compute) is down.
 
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
@@ -79,6 +82,7 @@ INVARIANTS = (
     ('detect-only-acts-not', re.compile(r'while \[DEFAULT\] disabled')),
 )
 OPERATOR_WINS = 'operator-wins'
+ISOLATED_LIVES = 'isolated-host-not-fenced'
 END = 900.0
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
 
@@ -321,6 +325,30 @@ class Case:
             timeline=self.commands())
 
 
+def _watch_isolated(world, case: Case) -> list[str]:
+    """Record power-off requests for running, heartbeating hosts.
+
+    Only with the heartbeat detector, whose fresh heartbeat must veto
+    Nova's "failed" for a host cut off from Nova alone (R15).
+    """
+    found: list[str] = []
+    if 'heartbeat' not in case.options['detection.detectors']:
+        return found
+    request = world.device_request
+
+    def checked(name, state, remaining):
+        h = world.hosts.get(world.device(name).host)
+        if (state == 'off' and h is not None and h.agent_alive
+                and not h.beating):
+            found.append('t=%g power off %s (device %s) while it runs and '
+                         'its heartbeat gets through' % (
+                             world.clock.t, h.name, name))
+        return request(name, state, remaining)
+
+    world.device_request = checked
+    return found
+
+
 def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             directory: str | None = None) -> dict:
     """Build and run seed ``seed``; its violations by invariant."""
@@ -329,6 +357,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
+        isolated_fenced = _watch_isolated(sim.world, case)
         started = time.perf_counter()
         error = None
         try:
@@ -339,6 +368,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             error = '%s: %s' % (type(exc).__name__, exc)
         wall = time.perf_counter() - started
     found = [(invariant_of(v), v) for v in violations]
+    found += [(ISOLATED_LIVES, v) for v in isolated_fenced]
     if error is None:
         for host, reason in sorted(case.expected_operator_reasons().items()):
             h = sim.world.hosts.get(host)
@@ -383,8 +413,8 @@ def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
 
 
 def table(report: dict) -> str:
-    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, 'engine-error',
-                                          'other']
+    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, ISOLATED_LIVES,
+                                          'engine-error', 'other']
     rows = [('runs', str(report['runs'])),
             ('seeds', '%s..%s' % tuple(report['seeds'])
              if report['seeds'] else '-'),
