@@ -51,3 +51,7 @@ class FencingError(InstanceHAError):
 
 class CoordinationError(InstanceHAError):
     """The coordination backend is unreachable or leadership was lost."""
+
+
+class NotifierError(InstanceHAError):
+    """A notification could not be delivered (never stops a recovery)."""

@@ -28,6 +28,7 @@ NAMESPACES = (
     'instanceha.fencing',
     'instanceha.reservation',
     'instanceha.evacuation',
+    'instanceha.notifiers',
 )
 
 

@@ -43,6 +43,7 @@ TOKEN = 'k8s-token-0123456789abcdef'
 READER = 'k8s-reader-token-abcdef0123'
 PATH = re.compile(r'^/apis/metal3\.io/v1alpha1/namespaces/([^/]+)/'
                   r'baremetalhosts/([^/]+)$')
+EVENTS = re.compile(r'^/api/v1/namespaces/([^/]+)/events$')
 
 
 def merge_patch(target, patch):
@@ -68,6 +69,8 @@ class KubeApiStandIn(fixtures.Fixture):
         self.stuck = False
         self.lock = threading.Lock()
         self.patches = []
+        #: core/v1 Events created (the kubernetes notifier's).
+        self.events = []
         self.objects = {
             ('metal3', h): {
                 'apiVersion': 'metal3.io/v1alpha1', 'kind': 'BareMetalHost',
@@ -132,6 +135,28 @@ class KubeApiStandIn(fixtures.Fixture):
 
             def do_PATCH(self):
                 self.handle_verb('PATCH')
+
+            def do_POST(self):
+                """Create a core/v1 Event (what the notifier needs)."""
+                auth = self.headers.get('Authorization', '')
+                if auth not in ('Bearer ' + TOKEN, 'Bearer ' + READER):
+                    return self.status(401, 'Unauthorized', 'Unauthorized')
+                match = EVENTS.match(self.path)
+                if not match:
+                    return self.status(404, 'NotFound', 'no such path')
+                if auth != 'Bearer ' + TOKEN:
+                    return self.status(403, 'Forbidden', 'cannot create')
+                length = int(self.headers['Content-Length'])
+                event = json.loads(self.rfile.read(length))
+                if (event.get('kind') != 'Event' or
+                        event['metadata'].get('namespace') != match.group(1)
+                        or not event.get('involvedObject')):
+                    return self.status(422, 'Invalid', 'not an Event here')
+                with api.lock:
+                    event['metadata']['name'] = 'instanceha-%d' % len(
+                        api.events)
+                    api.events.append(event)
+                self.reply(201, event)
 
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
                                                       Handler)

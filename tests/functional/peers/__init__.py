@@ -20,6 +20,7 @@ from tests.functional.peers.base import PeerError  # noqa: F401
 from tests.functional.peers.ipmi_peer import IpmiBmcPeer  # noqa: F401
 from tests.functional.peers.keystone_peer import KeystonePeer  # noqa: F401
 from tests.functional.peers.nova_peer import NovaPeer  # noqa: F401
+from tests.functional.peers.rabbitmq_peer import RabbitPeer  # noqa: F401
 from tests.functional.peers.redfish_peer import RedfishPeer  # noqa: F401
 from tests.functional.peers.tooz_backends import EtcdPeer  # noqa: F401
 from tests.functional.peers.tooz_backends import RedisPeer  # noqa: F401
