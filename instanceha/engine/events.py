@@ -63,6 +63,10 @@ Names (``host`` is set on all but the cycle-level ones):
                           ``check`` (what to look at)
 ``not_leader``            once when this copy loses leadership
 ``leader``                once when it (re)gains it
+``plan_blocked``          ``by``: gates that blocked the whole plan (a
+                          mass failure: nobody is fenced); once when the
+                          block starts or its reasons change
+``plan_unblocked``        the whole-plan block ended
 ``snapshot_failed``       ``reason``: Nova could not be read this cycle;
                           ``held``: hosts not fenced until a cycle reads
                           Nova again (their plan may be stale)
@@ -105,6 +109,8 @@ UP_OVERDUE = 'up_overdue'
 NOT_LEADER = 'not_leader'
 LEADER = 'leader'
 SNAPSHOT_FAILED = 'snapshot_failed'
+PLAN_BLOCKED = 'plan_blocked'
+PLAN_UNBLOCKED = 'plan_unblocked'
 STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
 POWER_UNPROVEN = 'power_unproven'
@@ -113,7 +119,7 @@ POWER_UNPROVEN = 'power_unproven'
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_UNANSWERED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
-                      NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR,
+                      NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR, PLAN_BLOCKED,
                       RECOVERY_HELD, UP_OVERDUE, POWER_UNPROVEN})
 
 

@@ -204,6 +204,8 @@ class Engine:
         self.snapshot: model.Snapshot | None = None
         self.plan = None
         self.cycles = 0
+        #: The gates' reasons of the current whole-plan block (or none).
+        self._blocked_by: tuple[str, ...] = ()
 
     # -- public -------------------------------------------------------------
 
@@ -456,6 +458,8 @@ class Engine:
         plan = self._plan(snapshot, now, recovering)
         self.plan = plan
         self._log_plan(plan, blocks=not self.conf.disabled)
+        self._report_block(plan.blocked_by if not self.conf.disabled
+                           else ())
         if self.conf.disabled:
             self._report_held(snapshot, now, recovering)
             return
@@ -512,6 +516,21 @@ class Engine:
             LOG.log(level, 'plan: %s', d.line())
         for why in plan.blocked_by if blocks else ():
             LOG.warning('plan blocked by %s', why)
+
+    def _report_block(self, blocked_by: tuple[str, ...]) -> None:
+        """An event when a whole-plan block starts, changes or ends.
+
+        The warning above repeats every poll for the log's reader; the
+        event is for receivers that page someone, once per change.
+        """
+        blocked_by = tuple(blocked_by)
+        if blocked_by == self._blocked_by:
+            return
+        self._blocked_by = blocked_by
+        if blocked_by:
+            self._emit(events.PLAN_BLOCKED, by=blocked_by)
+        else:
+            self._emit(events.PLAN_UNBLOCKED)
 
     def _what_if(self, snapshot, now, recovering) -> plan_mod.Plan:
         """The plan without the ``disabled`` gate, to say what is held.

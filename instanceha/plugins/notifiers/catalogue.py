@@ -54,7 +54,7 @@ INSTANCE = Schema('InstanceEvacuationPayload', '1.0', {
     **_COMMON, 'server': 'server', 'source_host': '', 'target_host': '',
     'attempt': 'attempt', 'status': 'status', 'reason': 'reason',
     'retry_in': 'retry_in', 'request_id': 'request_id'})
-PLAN = Schema('PlanPayload', '1.0', {**_COMMON, 'blocked_by': 'blocked_by'})
+PLAN = Schema('PlanPayload', '1.0', {**_COMMON, 'blocked_by': 'by'})
 SERVICE = Schema('ServicePayload', '1.0', {
     **_COMMON, 'host': '', 'reason': 'reason'})
 
@@ -112,7 +112,8 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
                          INSTANCE),
     ev.POWER_STATE_RESTORED: ('instanceha.instance.power_state.restored',
                               base.INFO, INSTANCE),
-    'plan_blocked': ('instanceha.plan.blocked', base.WARN, PLAN),
+    ev.PLAN_BLOCKED: ('instanceha.plan.blocked', base.WARN, PLAN),
+    ev.PLAN_UNBLOCKED: ('instanceha.plan.unblocked', base.INFO, PLAN),
     ev.LEADER: ('instanceha.service.leader.gained', base.INFO, SERVICE),
     ev.NOT_LEADER: ('instanceha.service.leader.lost', base.WARN, SERVICE),
     ev.SNAPSHOT_FAILED: ('instanceha.service.nova.error', base.WARN,
