@@ -93,6 +93,7 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
     ev.RECOVERY_HELD: ('instanceha.host.recovery.held', base.WARN, HOST),
     ev.UP_OVERDUE: ('instanceha.host.up.overdue', base.WARN, HOST),
     ev.STEP_ERROR: ('instanceha.host.step.error', base.WARN, HOST),
+    ev.POWER_UNPROVEN: ('instanceha.host.power.unproven', base.WARN, HOST),
     ev.EVACUATE_REQUESTED: ('instanceha.instance.evacuate.start',
                             base.INFO, INSTANCE),
     ev.EVACUATE_DONE: ('instanceha.instance.evacuate.end', base.INFO,
