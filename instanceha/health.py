@@ -19,13 +19,14 @@ Three pieces, usable alone:
   decisions, gate names), never host or instance names, so the number of
   series stays bounded however large the cloud.
 * :class:`Monitor` — what the service loop tells health: each engine tick
-  (:meth:`Monitor.tick_started`, :meth:`Monitor.tick_finished`), plus the
-  engine's events through :class:`MetricsEventSink`, plus the
-  coordinator's status. It decides readiness.
+  (:meth:`Monitor.tick_started`, :meth:`Monitor.tick_finished`, as an
+  observer of :func:`instanceha.engine.runner.loop`), plus the engine's
+  events through :class:`MetricsEventSink` (a reader of the service's
+  event fan-out), plus the coordinator's status. It decides readiness.
 * :class:`HealthServer` — a small threaded HTTP server serving both.
 
-:func:`service_hook` wires them into ``instanceha-service`` (see
-:data:`instanceha.engine.runner.STARTUP_HOOKS`).
+:func:`attach` wires them into a service built by
+:func:`instanceha.service.build`.
 
 Readiness (``/healthz`` answers 200 or 503 with a JSON body saying why):
 
@@ -132,12 +133,10 @@ class Metrics:
 
 
 class MetricsEventSink(ports.EventSink):
-    """Counts the engine's events, then passes them on unchanged."""
+    """Counts the engine's events: one reader of the service's fan-out."""
 
-    def __init__(self, inner: ports.EventSink, metrics: Metrics,
-                 monitor: 'Monitor | None' = None,
+    def __init__(self, metrics: Metrics, monitor: 'Monitor | None' = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.inner = inner
         self.metrics = metrics
         self.monitor = monitor
         self._clock = clock
@@ -150,7 +149,6 @@ class MetricsEventSink(ports.EventSink):
             self._count(event, host, details)
         except Exception:  # noqa: metrics must never break the engine
             LOG.exception('metrics: could not count event %s', event)
-        self.inner.emit(event, host, **details)
 
     def _count(self, event: str, host: str | None, details: dict) -> None:
         m = self.metrics
@@ -295,6 +293,11 @@ class Monitor:
             self._hosts = counts
 
     def _count_plan(self, plan) -> None:
+        """Decisions per kind, and which gates blocked whom.
+
+        Read from the plan's structured fields (each blocked host's
+        ``gate``, the plan's ``blocking_gates``), never from its text.
+        """
         from instanceha.engine import plan as plan_mod
 
         counts = {d.value: 0 for d in plan_mod.Decision}
@@ -302,18 +305,13 @@ class Monitor:
         for decision in plan.decisions:
             counts[decision.decision.value] = counts.get(
                 decision.decision.value, 0) + 1
-            if decision.decision is not plan_mod.Decision.BLOCKED:
-                continue
-            for reason in decision.reasons:
-                if reason.startswith('gate '):
-                    gate = reason[len('gate '):].split(':', 1)[0]
-                    gates_seen.add(gate)
-                    self.metrics.gate_blocks.labels(
-                        self.metrics.gate_label(gate)).inc()
-                    break
+            gate = getattr(decision, 'gate', None)
+            if decision.decision is plan_mod.Decision.BLOCKED and gate:
+                gates_seen.add(gate)
+                self.metrics.gate_blocks.labels(
+                    self.metrics.gate_label(gate)).inc()
         # A gate that blocked the whole plan with no host to name.
-        for why in plan.blocked_by:
-            gate = why.split(':', 1)[0]
+        for gate in getattr(plan, 'blocking_gates', ()):
             if gate not in gates_seen:
                 gates_seen.add(gate)
                 self.metrics.gate_blocks.labels(
@@ -324,27 +322,10 @@ class Monitor:
     def begin_shutdown(self) -> None:
         self._shutting_down = True
 
-    def watch(self, engine) -> None:
-        """Report every ``engine.tick()`` to this monitor.
-
-        Wraps the engine's ``tick`` on this one instance, so the service
-        loop needs no change to be observed.
-        """
-        tick = engine.tick
-        self.listeners = [d for d in engine.drivers.detectors
+    def watch_listeners(self, detectors) -> None:
+        """Expose the packet counters of detectors that have them."""
+        self.listeners = [d for d in detectors
                           if callable(getattr(d, 'stats', None))]
-
-        def observed_tick():
-            self.tick_started()
-            try:
-                tick()
-            except Exception as exc:
-                self.tick_finished(engine, '%s: %s' % (type(exc).__name__,
-                                                       exc))
-                raise
-            self.tick_finished(engine)
-
-        engine.tick = observed_tick
 
     # -- what health says --------------------------------------------------
 
@@ -569,10 +550,12 @@ def stuck_after(conf) -> float:
     return float(value) if value else float(max(60, 3 * conf.poll))
 
 
-def service_hook(service) -> Callable[[], None]:
-    """Runner start-up hook: metrics on events, readiness, HTTP server.
+def attach(service) -> Callable[[], None]:
+    """Wire health and metrics into a built service, explicitly.
 
-    Returns the function that stops the server.
+    The metrics become one more reader of the service's event fan-out,
+    the monitor one more observer of its tick loop; the HTTP server
+    starts if ``[health] enabled``. Returns the function that stops it.
     """
     conf = service.engine.conf
     metrics = Metrics()
@@ -580,9 +563,9 @@ def service_hook(service) -> Callable[[], None]:
                       coordinator=service.env.coordinator,
                       stopping=service.stop.is_set)
     monitor.max_clock_skew = conf.detection.max_clock_skew
-    service.env.events = MetricsEventSink(service.env.events, metrics,
-                                          monitor)
-    monitor.watch(service.engine)
+    monitor.watch_listeners(service.engine.drivers.detectors)
+    service.events.add(MetricsEventSink(metrics, monitor))
+    service.observers.append(monitor)
     service.health = monitor
     if not conf.health.enabled:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '

@@ -41,8 +41,8 @@ CLEARABLE = (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP)
 
 
 def _cloud(conf):
-    from instanceha.engine import runner
-    return runner.make_cloud(conf)
+    from instanceha import service
+    return service.make_cloud(conf)
 
 
 def describe(service: model.Service) -> dict:

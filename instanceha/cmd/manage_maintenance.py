@@ -28,12 +28,12 @@ from instanceha import maintenance
 
 
 def _maint(conf) -> maintenance.Maintenance:
-    from instanceha.engine import runner
+    from instanceha import service
 
     def out(text: str) -> None:
         print(text, flush=True)
 
-    return maintenance.Maintenance(runner.make_cloud(conf), out=out)
+    return maintenance.Maintenance(service.make_cloud(conf), out=out)
 
 
 def _summary(outcomes: list[maintenance.Outcome]) -> int:

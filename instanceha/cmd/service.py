@@ -28,11 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         common.setup(PROG, argv, conf)
         drivers = loader.load_configured(conf)
-        from instanceha.engine import runner
-        from instanceha import health
-        if health.service_hook not in runner.STARTUP_HOOKS:
-            runner.STARTUP_HOOKS.append(health.service_hook)
-        return runner.run(conf, drivers)
+        from instanceha import service
+        return service.run(conf, drivers)
 
     return common.run(PROG, body)
 

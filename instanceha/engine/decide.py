@@ -284,8 +284,10 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         candidates[host] = (reasons, servers)
 
     blocked_by: list[str] = []
+    blocking_gates: list[str] = []
     blocked: dict[str, str] = {}
     waiting: list = []
+    blocked_gate: dict[str, str] = {}
     remaining = set(candidates)
     for gate in drivers.gates:
         if not remaining:
@@ -303,18 +305,22 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
         if judged.block_all:
             why = '%s: %s' % (gate.name, judged.block_all)
             blocked_by.append(why)
+            blocking_gates.append(gate.name)
             blocked.update((h, 'gate ' + why) for h in remaining)
+            blocked_gate.update((h, gate.name) for h in remaining)
             remaining.clear()
         for host, hwhy in sorted(judged.blocked_hosts.items()):
             if host in remaining:
                 blocked[host] = 'gate %s: %s' % (gate.name, hwhy)
+                blocked_gate[host] = gate.name
                 remaining.discard(host)
 
     for host, (reasons, servers) in candidates.items():
         if host in blocked:
             decided[host] = plan_mod.HostDecision(
                 host, D.BLOCKED, tuple(reasons + [blocked[host]]), servers,
-                snapshot.service(host), verdict=FAILED)
+                snapshot.service(host), verdict=FAILED,
+                gate=blocked_gate[host])
         else:
             decided[host] = plan_mod.HostDecision(
                 host, D.RECOVER, tuple(reasons), servers,
@@ -323,4 +329,5 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     return plan_mod.Plan(
         taken_at=snapshot.taken_at,
         decisions=tuple(decided[h] for h in sorted(decided)),
-        blocked_by=tuple(blocked_by), waiting=tuple(waiting))
+        blocked_by=tuple(blocked_by), blocking_gates=tuple(blocking_gates),
+        waiting=tuple(waiting))

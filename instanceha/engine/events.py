@@ -173,12 +173,37 @@ class RecordingEventSink(ports.EventSink):
                     if e == event and (host is None or h == host)]
 
 
-class TeeEventSink(ports.EventSink):
-    """Sends each event to several sinks (log + metrics, log + record)."""
+class FanOutEventSink(ports.EventSink):
+    """Sends each event to several sinks in order; one failing spares others.
+
+    The service's story has several readers (the log, the metrics, an
+    operator's notifiers): each is a sink given to :meth:`add`, so a new
+    reader never has to wrap or replace another. A sink that raises is
+    logged and skipped for that event; the engine never sees the error,
+    because telling the story must not stop a recovery.
+    """
 
     def __init__(self, *sinks: ports.EventSink):
-        self.sinks = list(sinks)
+        self.sinks: list[ports.EventSink] = list(sinks)
+        self._log = logging.getLogger(__name__)
+
+    def add(self, sink: ports.EventSink) -> ports.EventSink:
+        """Send every later event to ``sink`` too; returns it."""
+        self.sinks.append(sink)
+        return sink
+
+    def remove(self, sink: ports.EventSink) -> None:
+        if sink in self.sinks:
+            self.sinks.remove(sink)
 
     def emit(self, event: str, host: str | None = None, **details) -> None:
-        for sink in self.sinks:
-            sink.emit(event, host, **details)
+        for sink in list(self.sinks):
+            try:
+                sink.emit(event, host, **details)
+            except Exception:  # noqa: one reader must not silence others
+                self._log.exception('event sink %s failed on %s',
+                                    type(sink).__name__, event)
+
+
+#: The older name of :class:`FanOutEventSink`.
+TeeEventSink = FanOutEventSink

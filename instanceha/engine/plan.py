@@ -77,6 +77,9 @@ class HostDecision:
     #: failed, alive, isolated, disputed or unknown (None if nobody
     #: looked).
     verdict: str | None = None
+    #: For BLOCKED: the name of the gate that blocked the host (None when
+    #: something other than a gate held it).
+    gate: str | None = None
 
     def line(self) -> str:
         """One log line: ``host3 recover: nova: state down; 2 instances``."""
@@ -109,6 +112,8 @@ class Plan:
     decisions: tuple[HostDecision, ...] = ()
     #: Messages of the gates that blocked the whole plan ("gate: why").
     blocked_by: tuple[str, ...] = ()
+    #: Names of the gates behind ``blocked_by``, in the same order.
+    blocking_gates: tuple[str, ...] = ()
     #: Jobs a gate waits on (veto hooks asked on the executor): the hosts
     #: they concern are BLOCKED in this plan; plan again once all are done.
     waiting: tuple = ()

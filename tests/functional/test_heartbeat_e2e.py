@@ -14,10 +14,10 @@
 
 Real parts: nova (NovaPeer), IPMI BMCs driven by the real ipmitool
 (IpmiBmcPeer), the production engine and environment
-(:mod:`instanceha.engine.runner`, via the recovery tests' fixtures), the
+(:mod:`instanceha.service`, via the recovery tests' fixtures), the
 real ``instanceha-heartbeat-agent`` processes and the real
 ``fence_kdump_send`` from fence-agents. The detectors are started like
-``runner.run`` starts them.
+``service.run`` starts them.
 """
 
 import os
@@ -47,7 +47,7 @@ def free_udp_port() -> int:
 
 
 class StartedEngine(rec.EngineRunner):
-    """EngineRunner, plus the detectors' listeners (as runner.run does)."""
+    """EngineRunner, plus the detectors' listeners (as service.run does)."""
 
     def _setUp(self):
         super()._setUp()

@@ -16,12 +16,12 @@ import os
 import signal
 import threading
 
-import fixtures
 import testtools
 
 from instanceha.engine import events
 from instanceha.engine import runner
 from instanceha.engine.states import HostState as S
+from instanceha import service as service_mod
 from tests.unit import test_recovery_fakes as fakes
 
 
@@ -49,14 +49,14 @@ class TestRunner(testtools.TestCase):
             os.kill(os.getpid(), signal.SIGTERM)
             release.set()
 
-        self.useFixture(fixtures.MonkeyPatch(
-            'instanceha.engine.runner.STARTUP_HOOKS', []))
         before = signal.getsignal(signal.SIGTERM)
         killer = threading.Thread(target=stop_when_fencing, daemon=True)
         killer.start()
-        code = runner.run(rig.conf, rig.drivers, cloud=rig.cloud,
-                          fencer=rig.fencer, coordinator=rig.coordinator,
-                          event_sink=record, clock=rig.clock)
+        code = service_mod.run(rig.conf, rig.drivers, with_health=False,
+                               cloud=rig.cloud,
+                               fencer=rig.fencer,
+                               coordinator=rig.coordinator,
+                               event_sink=record, clock=rig.clock)
         killer.join(10)
         self.assertTrue(fence_started.is_set())
         self.assertEqual(0, code)
@@ -71,8 +71,7 @@ class TestRunner(testtools.TestCase):
     def test_loop_ticks_until_stopped(self):
         rig = fakes.Rig(tick_interval=0.05)
         rig.cloud.boot('host1', 1)
-        service = runner.Service(engine=rig.engine, env=rig.env,
-                                 executor=None, stop=threading.Event())
+        stop = threading.Event()
         ticks = []
         orig = rig.engine.tick
 
@@ -80,10 +79,82 @@ class TestRunner(testtools.TestCase):
             ticks.append(1)
             orig()
             if len(ticks) == 5:
-                service.stop.set()
+                stop.set()
 
         rig.engine.tick = tick
-        runner.loop(service, rig.conf)
+        runner.loop(rig.engine, stop, interval=0.01, shutdown_timeout=1)
         self.assertEqual(5, len(ticks))
         self.assertEqual({}, rig.engine.host_states())
         self.assertNotIn(S.FAILED, rig.engine.host_states().values())
+
+    def test_loop_reports_each_tick_and_survives_a_failing_one(self):
+        rig = fakes.Rig(tick_interval=0.05)
+        stop = threading.Event()
+        seen = []
+
+        class Observer:
+            def tick_started(self):
+                seen.append('start')
+
+            def tick_finished(self, engine, error=None):
+                seen.append(error)
+                if len(seen) >= 4:
+                    stop.set()
+
+        class Broken:
+            def tick_started(self):
+                raise RuntimeError('observer bug')
+
+            def tick_finished(self, engine, error=None):
+                raise RuntimeError('observer bug')
+
+        calls = []
+
+        def tick():
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError('boom')
+
+        rig.engine.tick = tick
+        runner.loop(rig.engine, stop, interval=0.01, shutdown_timeout=1,
+                    observers=[Broken(), Observer()])
+        self.assertEqual(['start', 'RuntimeError: boom', 'start', None],
+                         seen)
+        self.assertEqual(2, len(calls))
+
+
+class TestFanOut(testtools.TestCase):
+
+    def test_every_reader_gets_every_event_even_if_one_fails(self):
+        first, last = events.RecordingEventSink(), events.RecordingEventSink()
+
+        class Broken:
+            def emit(self, event, host=None, **details):
+                raise RuntimeError('reader down')
+
+        fan = events.FanOutEventSink(first)
+        fan.add(Broken())
+        fan.add(last)
+        fan.emit(events.LEADER)
+        fan.emit(events.HOST_STATE, 'h1', old='suspect', new='fencing')
+        self.assertEqual(first.lines(), last.lines())
+        self.assertEqual(['leader', 'host_state h1 new=fencing old=suspect'],
+                         last.lines())
+
+
+class TestServiceWiring(testtools.TestCase):
+
+    def test_build_gives_the_engine_a_fan_out_that_logs_first(self):
+        rig = fakes.Rig()
+        record = events.RecordingEventSink()
+        service = service_mod.build(rig.conf, rig.drivers, cloud=rig.cloud,
+                                    fencer=rig.fencer,
+                                    coordinator=rig.coordinator,
+                                    event_sink=record, clock=rig.clock)
+        self.assertIs(service.events, service.env.events)
+        self.assertEqual([record], service.events.sinks)
+        later = service.events.add(events.RecordingEventSink())
+        service.env.events.emit(events.LEADER)
+        self.assertEqual(['leader'], later.lines())
+        self.assertEqual(['leader'], record.lines())
+        service.executor.shutdown(wait=False)

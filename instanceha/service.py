@@ -1,0 +1,183 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The production service: the engine's ports wired to the real world.
+
+This is the composition root. :func:`build` gives the engine Nova
+(:mod:`instanceha.cloud.nova`), the fencing topology, the coordination
+backend (:mod:`instanceha.coordination`), the wall clock, a thread pool
+of ``workers`` and an event fan-out whose first reader is the log.
+:func:`run` adds health and metrics explicitly (a metrics reader on the
+fan-out, the health monitor as an observer of every tick), starts the
+drivers and the coordinator, and runs :func:`instanceha.engine.runner.loop`
+until SIGTERM or SIGINT.
+
+The engine itself knows none of this: ``instanceha.engine`` imports
+nothing from here, from ``cloud``, ``coordination`` or ``health``.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import logging
+import signal
+import threading
+
+from instanceha import clock as clock_mod
+from instanceha.engine import events as events_mod
+from instanceha.engine import executor as executor_mod
+from instanceha.engine import ports
+from instanceha.engine import recovery
+from instanceha.engine import runner
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+
+def make_cloud(conf) -> ports.CloudPort:
+    """Nova, through the one module that imports novaclient."""
+    from instanceha.cloud import nova
+    cls = getattr(nova, 'NovaCloud')
+    if hasattr(cls, 'from_conf'):
+        return cls.from_conf(conf)
+    return cls(conf)
+
+
+def make_fencer(conf, clock: ports.Clock | None = None) -> ports.Fencer:
+    from instanceha.plugins.fencing import topology
+    return topology.Topology.from_conf(conf, clock=clock)
+
+
+def make_listeners() -> ports.ListenerFactory:
+    """UDP sockets, for the detectors that listen to the hosts."""
+    from instanceha.heartbeat import listener
+    return listener.UdpListeners()
+
+
+def make_coordinator(conf) -> ports.Coordinator:
+    from instanceha import coordination
+    return coordination.ToozCoordinator.from_conf(conf)
+
+
+def make_kdump(conf, drivers) -> ports.KdumpWatch | None:
+    try:
+        if not conf.kdump.check_kdump:
+            return None
+    except Exception:  # noqa: the [kdump] group is optional
+        return None
+    from instanceha.plugins.detectors import kdump
+    watch = kdump.find_watch(drivers.detectors)
+    if watch is None:
+        raise exceptions.ConfigurationError(
+            'option [kdump] check_kdump = true needs "kdump" in '
+            '[detection] detectors')
+    return watch
+
+
+@dataclasses.dataclass
+class Service:
+    """What :func:`build` made; tests and the health endpoint look at it."""
+
+    engine: recovery.Engine
+    env: ports.Environment
+    executor: executor_mod.ThreadPoolExecutor
+    stop: threading.Event
+    #: The engine's event sink: add readers here (metrics, notifiers).
+    events: events_mod.FanOutEventSink = dataclasses.field(
+        default_factory=events_mod.FanOutEventSink)
+    #: Told about every tick of the loop (the health monitor).
+    observers: list[runner.TickObserver] = dataclasses.field(
+        default_factory=list)
+    #: The health monitor, once :func:`instanceha.health.attach` ran.
+    health: object | None = None
+
+
+def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
+          event_sink=None, clock=None) -> Service:
+    """Build the production environment and engine (parts replaceable).
+
+    :param event_sink: the first reader of the engine's events (default:
+        the log); more are added with ``service.events.add()``.
+    """
+    executor = executor_mod.ThreadPoolExecutor(conf.workers)
+    clock = clock or clock_mod.SystemClock()
+    fan_out = events_mod.FanOutEventSink(
+        event_sink or events_mod.LogEventSink())
+    env = ports.Environment(
+        cloud=cloud or make_cloud(conf),
+        clock=clock,
+        fencer=fencer or make_fencer(conf, clock),
+        coordinator=coordinator or make_coordinator(conf),
+        events=fan_out,
+        executor=executor,
+        kdump=make_kdump(conf, drivers),
+        listeners=make_listeners())
+    for det in drivers.detectors:
+        det.listeners = env.listeners
+    engine = recovery.Engine(conf, drivers, env)
+    return Service(engine=engine, env=env, executor=executor,
+                   stop=threading.Event(), events=fan_out)
+
+
+def _start(obj) -> None:
+    start = getattr(obj, 'start', None)
+    if callable(start):
+        start()
+
+
+def _stopper(obj) -> Callable[[], None]:
+    stop = getattr(obj, 'stop', None)
+    return stop if callable(stop) else (lambda: None)
+
+
+def loop(service: Service, conf) -> None:
+    """Tick the engine until ``service.stop`` is set, observed."""
+    runner.loop(service.engine, service.stop, interval=conf.tick_interval,
+                shutdown_timeout=conf.shutdown_timeout,
+                observers=service.observers)
+
+
+def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
+    """Run the service until SIGTERM/SIGINT; returns the exit code.
+
+    :param with_health: serve /healthz and /metrics (per ``[health]``).
+    """
+    service = build(conf, drivers, **parts)
+    stoppers: list[tuple[Callable[[], None], str]] = []
+
+    def on_signal(signum, _frame):
+        LOG.info('received signal %d: stopping', signum)
+        service.stop.set()
+
+    old = {sig: signal.signal(sig, on_signal)
+           for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for drv in drivers.all():
+            _start(drv)
+            stoppers.append((_stopper(drv), 'driver %s' % drv.name))
+        _start(service.env.coordinator)
+        stoppers.append((_stopper(service.env.coordinator), 'coordination'))
+        if with_health:
+            from instanceha import health
+            stoppers.append((health.attach(service), 'health'))
+        LOG.info('instanceha-service running: poll every %d s, %d worker(s)',
+                 conf.poll, conf.workers)
+        loop(service, conf)
+    finally:
+        for stop, what in reversed(stoppers):
+            try:
+                stop()
+            except Exception as exc:  # noqa: best effort on the way out
+                LOG.warning('stopping %s: %s', what, exc)
+        service.executor.shutdown(wait=False)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return 0
