@@ -333,12 +333,12 @@ class MonitorTest(testtools.TestCase):
     def test_clock_skew_beyond_the_bound_is_a_reason_and_a_metric(self):
         self.monitor.max_clock_skew = 10
         self.engine.snapshot = types.SimpleNamespace(clock_skew=4.0)
-        self.engine.tick()
+        self.tick()
         self.assertTrue(self.ready()[0])
         self.assertEqual(4.0, self.value(
             'instanceha_nova_clock_skew_seconds'))
         self.engine.snapshot = types.SimpleNamespace(clock_skew=-42.0)
-        self.engine.tick()
+        self.tick()
         ok, body = self.ready()
         self.assertFalse(ok)
         self.assertEqual(["clock: this machine's clock is 42s behind Nova's "
