@@ -19,14 +19,15 @@ simulator's invariants and "operator wins". Here a fixed range of seeds
 runs on every test run (a few seconds to a minute on one core); the
 benchmark runs thousands.
 
-Excluded from this mix, and why (widen it once fixed):
+The smoke run uses every kind of fault (``MIX_ALL``). Known failing
+seeds outside its range, for whoever widens it (``python
+benchmarks/scenario_fuzz.py --seed N --write-case DIR`` replays one):
 
-* ``return`` — a failed host powered back on by someone else while it is
-  recovered. The engine does not yet re-prove a host off before each
-  evacuation call, so a host powered on during throttled or retried
-  evacuations still gets evacuations (seeds 109 and 330 of the full mix
-  show it: "evacuate ... from compute-4, which no fencing device
-  confirmed off" after a power-on mid-evacuation).
+* 5210, 5281 — someone powers a fenced host back on in the same second
+  as its first evacuation call (right after ``fenced``): that call is
+  still made ("evacuate ... from compute-0, which no fencing device
+  confirmed off"); the engine notices at its next check and fences again
+  before any further evacuation.
 """
 
 import importlib.util
@@ -35,8 +36,7 @@ import os
 
 import testtools
 
-SMOKE_MIX = ('host', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
-             'clock', 'restart')
+SMOKE_MIX = None  # every kind: the generator's MIX_ALL
 FIRST_SEED = 1
 RUNS = 300
 
@@ -75,10 +75,11 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual('other', self.gen.invariant_of('something new'))
 
     def test_smoke_run_has_no_violation(self):
+        mix = SMOKE_MIX or self.gen.MIX_ALL
         report = self.gen.run_many(range(FIRST_SEED, FIRST_SEED + RUNS),
-                                   SMOKE_MIX)
+                                   mix)
         self.assertEqual(RUNS, report['runs'])
         self.assertEqual([], report['failing_seeds'],
                          'replay one with: python benchmarks/scenario_fuzz.py'
                          ' --seed N --write-case DIR --mix %s'
-                         % ','.join(SMOKE_MIX))
+                         % ','.join(mix))
