@@ -21,22 +21,29 @@ leave by *live* migration (Nova's scheduler picks each destination);
 each one's home is recorded in its metadata (:data:`HOME_KEY`) so
 ``maintenance end --return`` can bring it back.
 
+Everything goes through the engine's ports: Nova through the
+:class:`~instanceha.engine.ports.CloudPort` (live and cold migration,
+metadata, instance actions are port methods), time through a
+:class:`~instanceha.engine.ports.Clock`; so ``instanceha-simulate`` runs
+this same code against its simulated Nova, in simulated time.
+
 The reason reads ``instanceha-maintenance <UTC time> [note]``. It never
 matches :meth:`instanceha.engine.marker.Marker.parse` (that needs
 ``instanceha:<state>``), which is what keeps the engine from "resuming"
 it as a recovery.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 import concurrent.futures
 import dataclasses
 import datetime
 import re
 import threading
-import time
 
+from instanceha import clock as clock_mod
 from instanceha.engine import marker
 from instanceha.engine import model
+from instanceha.engine import ports
 from instanceha import exceptions
 
 #: Start of the disabled_reason of a host in maintenance.
@@ -98,19 +105,37 @@ class Outcome:
         return '%s: %s' % (text, self.detail) if self.detail else text
 
 
+def threaded_map(fn: Callable, items: list, workers: int) -> list:
+    """``fn`` over ``items`` on ``workers`` threads, results in order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def serial_map(fn: Callable, items: Iterable, workers: int) -> list:
+    """One item after the other (the simulator: a reproducible order)."""
+    return [fn(item) for item in items]
+
+
 class Maintenance:
     """The operator's maintenance commands on one cloud.
 
     ``out`` receives one progress line per event (the CLI prints it);
-    ``poll`` is how often a waited migration is looked at.
+    ``poll`` is how often a waited migration is looked at, on ``clock``
+    (default the wall clock); ``run_all(fn, items, workers)`` runs the
+    moves (default on threads).
     """
 
-    def __init__(self, cloud, out: Callable[[str], None] = print,
-                 poll: float = 1.0):
+    def __init__(self, cloud: ports.CloudPort,
+                 out: Callable[[str], None] = print, poll: float = 1.0,
+                 clock: ports.Clock | None = None,
+                 run_all: Callable[[Callable, list, int], list] =
+                 threaded_map):
         self.cloud = cloud
         self._out = out
         self._out_lock = threading.Lock()
         self.poll = poll
+        self.clock = clock or clock_mod.SystemClock()
+        self._run_all = run_all
 
     def say(self, text: str) -> None:
         with self._out_lock:
@@ -217,9 +242,7 @@ class Maintenance:
 
         if not todo:
             return []
-        with concurrent.futures.ThreadPoolExecutor(
-                max_workers=max(1, concurrency) if wait else 4) as pool:
-            return list(pool.map(one, todo))
+        return self._run_all(one, todo, max(1, concurrency) if wait else 4)
 
     def _move(self, server: model.Server, how: str, source: str,
               dest: str | None, wait: bool, timeout: float,
@@ -243,7 +266,7 @@ class Maintenance:
         if not wait:
             return Outcome(server, 'running', '%s%s started' % (kind, where))
         out = self._follow(server, how, source, dest, timeout,
-                           time.monotonic(), rid)
+                           self.clock.monotonic(), rid)
         self.say('%s %s' % (tag, out.line()))
         return out
 
@@ -257,7 +280,7 @@ class Maintenance:
             except exceptions.CloudError as exc:
                 return Outcome(server, 'unknown', 'lost track of it while '
                                'migrating: %s' % exc)
-            elapsed = time.monotonic() - started
+            elapsed = self.clock.monotonic() - started
             if how == 'cold' and now.status == 'VERIFY_RESIZE':
                 try:
                     self.cloud.confirm_resize(server.id)
@@ -265,7 +288,7 @@ class Maintenance:
                     # Nova shows VERIFY_RESIZE a moment before the
                     # migration record is "finished" and refuses (400).
                     if exc.status == 400 and elapsed <= timeout:
-                        time.sleep(self.poll)
+                        self.clock.sleep(self.poll)
                         continue
                     return Outcome(server, 'failed', 'moved to %s but '
                                    'confirming failed (it waits in '
@@ -291,7 +314,7 @@ class Maintenance:
                                'check "instanceha-manage maintenance '
                                'status"' % (timeout, now.task_state,
                                             now.host))
-            time.sleep(self.poll)
+            self.clock.sleep(self.poll)
 
     def _why(self, server_id: str, how: str,
              rid: str | None = None) -> str:

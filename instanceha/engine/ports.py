@@ -71,9 +71,14 @@ class CloudPort(abc.ABC):
     @abc.abstractmethod
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,
-                   since: datetime.datetime | None = None
+                   since: datetime.datetime | None = None,
+                   migration_type: str = 'evacuation'
                    ) -> list[model.Migration]:
-        """Evacuation records, newest first."""
+        """Migration records, newest first (evacuations unless asked).
+
+        :param migration_type: Nova's filter: ``evacuation``,
+            ``live-migration``, ``migration`` (cold) or ``resize``.
+        """
 
     @abc.abstractmethod
     def set_server_lock(self, server_id: str, locked: bool,
@@ -87,6 +92,48 @@ class CloudPort(abc.ABC):
     @abc.abstractmethod
     def reset_server_state(self, server_id: str, state: str) -> None:
         """Nova's reset-state (``error`` or ``active``)."""
+
+    # -- planned moves (maintenance) ---------------------------------------
+
+    @abc.abstractmethod
+    def live_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        """Start a live migration; returns Nova's request id.
+
+        ``host`` None lets Nova's scheduler choose; a named host is still
+        checked by the scheduler (never forced).
+        """
+
+    @abc.abstractmethod
+    def cold_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        """Start a cold migration; returns Nova's request id.
+
+        The server ends in VERIFY_RESIZE until :meth:`confirm_resize`.
+        """
+
+    @abc.abstractmethod
+    def confirm_resize(self, server_id: str) -> None:
+        """Confirm a finished cold migration (VERIFY_RESIZE)."""
+
+    @abc.abstractmethod
+    def action_errors(self, server_id: str, action: str,
+                      request_id: str | None = None
+                      ) -> tuple[str | None, list[str]]:
+        """Nova's errors of an instance action, e.g. ``live-migration``.
+
+        An asynchronous failure (no valid host) shows only here. Returns
+        (the action's request id, "event: details" of each failed event).
+        """
+
+    @abc.abstractmethod
+    def set_server_metadata(self, server_id: str, key: str,
+                            value: str) -> None:
+        """Set one metadata item of a server (others are left alone)."""
+
+    @abc.abstractmethod
+    def delete_server_metadata(self, server_id: str, key: str) -> None:
+        """Remove one metadata item; an absent item is not an error."""
 
     #: Calls made to the cloud so far (for benchmarks and tests).
     api_calls: int = 0
@@ -377,6 +424,21 @@ class GuardedCloud(_Wrapper, CloudPort):
     reset_server_state = _guarded(
         'reset_server_state', lambda server_id, state: 'reset-state %s' %
         server_id)
+    action_errors = _read('action_errors')
+    live_migrate = _guarded(
+        'live_migrate', lambda server_id, *a, **kw: 'live migration of %s'
+        % server_id)
+    cold_migrate = _guarded(
+        'cold_migrate', lambda server_id, *a, **kw: 'cold migration of %s'
+        % server_id)
+    confirm_resize = _guarded(
+        'confirm_resize', lambda server_id: 'confirm-resize %s' % server_id)
+    set_server_metadata = _guarded(
+        'set_server_metadata', lambda server_id, key, value:
+        'metadata %s of %s' % (key, server_id))
+    delete_server_metadata = _guarded(
+        'delete_server_metadata', lambda server_id, key:
+        'metadata %s of %s' % (key, server_id))
 
 
 class GuardedFencer(_Wrapper, Fencer):
@@ -400,7 +462,8 @@ class GuardedFencer(_Wrapper, Fencer):
 
 #: Port methods that change nothing (everything else must be guarded).
 READ_ONLY = {
-    CloudPort: frozenset({'snapshot', 'get_server', 'migrations'}),
+    CloudPort: frozenset({'snapshot', 'get_server', 'migrations',
+                          'action_errors'}),
     Fencer: frozenset({'configured', 'power_state'}),
 }
 

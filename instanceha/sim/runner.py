@@ -36,6 +36,7 @@ from oslo_config import cfg
 from instanceha import conf as ha_conf
 from instanceha.engine import ports
 from instanceha import exceptions
+from instanceha import maintenance
 from instanceha.plugins import loader
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import coordinator as sim_coord
@@ -167,6 +168,10 @@ class Simulation:
         #: Wall and CPU seconds, Nova calls of each polling tick.
         self.tick_stats: list[tuple[float, float, int]] = []
         self.readonly: set[str] = set()
+        #: Runs the operator's commands (maintenance) in simulated time,
+        #: acting as nobody's copy of the service.
+        self.operator = sim_executor.SimExecutor(
+            self.clock, on_start=lambda: setattr(self.world, 'actor', None))
 
     # --- copies of the service -----------------------------------------
 
@@ -416,6 +421,10 @@ class Simulation:
         elif name == 'nova':
             need(1)
             host, details = self._nova(where, a)
+        elif name == 'maintenance':
+            need(2)
+            self._maintenance(where, a)
+            return
         elif name == 'set':
             need(2)
             group, _, opt = a[0].rpartition('.')
@@ -479,10 +488,62 @@ class Simulation:
         raise sim_world.ScenarioError(
             '%s: expected %s' % (where, sim_scenario.COMMANDS['nova'][0]))
 
+    def _maintenance(self, where: str, a: tuple) -> None:
+        """An operator runs ``instanceha-manage maintenance start|end``.
+
+        The production maintenance code runs as a job of its own on the
+        simulated Nova and clock; what it prints goes to the log.
+        """
+        action, host = a[0], a[1]
+        words = list(a[2:])
+        reason = ''
+        if 'reason' in words:
+            at = words.index('reason')
+            reason, words = ' '.join(words[at + 1:]), words[:at]
+        known = {'start': ('wait', 'cold'), 'end': ('wait', 'return')}
+        if action not in known or any(w not in known[action]
+                                      for w in words):
+            raise sim_world.ScenarioError(
+                '%s: expected %s' % (where, sim_scenario.COMMANDS[
+                    'maintenance'][0]))
+        self.world.host(host)
+        details = {'options': ' '.join(words) or 'none'}
+        if reason:
+            details['reason'] = reason
+        self.log.record('timeline', 'maintenance-' + action, host, **details)
+
+        def say(text: str) -> None:
+            self.log.record('operator', 'maintenance', host, text=text)
+
+        maint = maintenance.Maintenance(
+            self.cloud, out=say, poll=5.0, clock=self.clock,
+            run_all=maintenance.serial_map)
+
+        def run() -> None:
+            wait = 'wait' in words
+            try:
+                if action == 'start':
+                    outcomes = maint.start(
+                        host, self.clock.now(), note=reason, wait=wait,
+                        shutoff='cold' if 'cold' in words else 'leave')
+                else:
+                    outcomes = maint.end(host, back='return' in words,
+                                         wait=wait)
+            except exceptions.InstanceHAError as exc:
+                self.log.record('operator', 'refused', host, error=str(exc))
+                return
+            counts: dict[str, int] = {}
+            for o in outcomes:
+                counts[o.result] = counts.get(o.result, 0) + 1
+            self.log.record('operator', 'summary', host, command=action,
+                            **counts)
+        self.operator.submit(run)
+
     # --- the loop ----------------------------------------------------------
 
     def _next_time(self, cmds: list) -> float | None:
-        times = [self.world.next_event(), self.election.next_change()]
+        times = [self.world.next_event(), self.election.next_change(),
+                 self.operator.next_due()]
         if cmds:
             times.append(cmds[0].t)
         for copy in self.copies.values():
@@ -514,8 +575,11 @@ class Simulation:
         """
         self.clock.advance_to(self.clock.world_t + seconds)
         self.world.run_due()
-        for copy in self.copies.values():
-            copy.executor.complete_due()
+        for executor in self._executors():
+            executor.complete_due()
+
+    def _executors(self) -> list[sim_executor.SimExecutor]:
+        return [self.operator, *(c.executor for c in self.copies.values())]
 
     def run(self, stop_when: Callable[[], bool] | None = None) -> 'Result':
         """Run to the end of the scenario (or until ``stop_when()``)."""
@@ -549,6 +613,7 @@ class Simulation:
                 if self.end < t:
                     break
             self._note_leader()
+            self.operator.complete_due()
             for copy in self.copies.values():
                 self.world.actor = copy.name
                 copy.executor.complete_due()
@@ -561,9 +626,9 @@ class Simulation:
                 break
         self.clock.advance_to(max(self.end, self.clock.world_t))
         self._final()
-        for copy in self.copies.values():
+        for executor in self._executors():
             # Unwind jobs still sleeping, so that no thread is left.
-            copy.executor.abandon()
+            executor.abandon()
         return Result(self)
 
     def _final(self) -> None:

@@ -80,6 +80,12 @@ COMMANDS = {
     'clock': ('skew SECONDS', 'the clock of the machines instanceha runs '
               'on is SECONDS ahead of Nova\'s (negative: behind) from now '
               'on; Nova and the hosts keep the simulated time'),
+    'maintenance': ('start HOST [wait] [cold] [reason WORDS...] | end HOST '
+                    '[return] [wait]',
+                    'an operator runs "instanceha-manage maintenance start" '
+                    '(wait: --wait, cold: --shutoff cold, reason: --reason) '
+                    'or "maintenance end" (return: --return) against the '
+                    'simulated Nova'),
     'set': ('[GROUP.]OPTION VALUE', 'change an option of every copy (the '
             'copies are restarted to read it, like a config reload)'),
     'end': ('', 'stop the simulation here'),

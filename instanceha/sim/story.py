@@ -46,6 +46,10 @@ _COMMANDS = {
     'capacity': '{host} now has room for {vcpus} vCPUs',
     'coordination': 'the coordination backend goes {state}',
     'set': 'an operator sets {option} = {value} and restarts instanceha',
+    'maintenance-start': 'an operator starts maintenance of {host} '
+                         '(options: {options})',
+    'maintenance-end': 'an operator ends maintenance of {host} (options: '
+                       '{options})',
     'service-crash': 'instanceha ({copy}) crashes',
     'service-restart': 'instanceha ({copy}) is restarted',
     'service-stop': 'instanceha ({copy}) is stopped',
@@ -155,6 +159,8 @@ class Story:
             return '%s: %s' % (ev.host, e.replace('_', ' '))
         if ev.source == 'nova':
             return self._nova(ev, d)
+        if ev.source == 'operator':
+            return '  operator sees: %s' % d.get('text', d.get('error', e))
         if ev.source == 'CHECK':
             return 'INVARIANT BROKEN: %s' % d['what']
         if ev.source == 'final':
@@ -200,6 +206,12 @@ class Story:
         if ev.event == 'service_recreated':
             return ('  Nova: nova-compute on %s registers a new service '
                     'record (enabled)' % ev.host)
+        if ev.event in ('live_migrated', 'cold_migrated'):
+            return '  Nova: %s %s to %s' % (
+                d['server'], ev.event.replace('_', ' '), d['dest'])
+        if ev.event in ('live_migration_error', 'migration_error'):
+            return '  Nova: moving %s failed: %s' % (d['server'],
+                                                     d['reason'])
         if ev.event == 'api_fault':
             return '  Nova API: %s call fails (%s)' % (d['call'], d['error'])
         if ev.event == 'api_unreachable':

@@ -54,6 +54,7 @@ from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events
+from instanceha.sim import moves
 
 #: BMC behaviours a scenario can switch on.
 BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
@@ -64,10 +65,13 @@ PAGE = 1000
 
 #: Kinds of Nova API call a scenario can make fail (``nova fail``).
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
-              'get_server', 'lock', 'stop', 'reset_state', 'any')
+              'get_server', 'lock', 'stop', 'reset_state', 'live_migrate',
+              'cold_migrate', 'confirm_resize', 'metadata', 'any')
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
-NOVA_ERRORS = ('500', '503', 'timeout')
+NOVA_ERRORS = ('500', '503', 'timeout', '409')
+_HTTP_TEXT = {500: 'Unexpected API Error.', 503: 'Service Unavailable',
+              409: 'Conflict: the request is refused in the current state'}
 
 
 @dataclasses.dataclass
@@ -107,6 +111,7 @@ class Timing:
     bmc_slow_delay: float = 90.0
     kdump_interval: float = 10.0
     agent_interval: float = 5.0
+    live_migration_time: float = 30.0
 
 
 @dataclasses.dataclass
@@ -196,6 +201,8 @@ class Migration:
     requested_dest: str | None = None
     #: Listed by the API from this time on (``nova delay-migrations``).
     visible_at: float = float('-inf')
+    #: Nova's migration_type: evacuation, live-migration, migration.
+    kind: str = 'evacuation'
 
 
 @dataclasses.dataclass
@@ -261,6 +268,8 @@ class World:
         #: Seconds the instanceha machines' clock runs ahead of Nova's
         #: (negative: behind); ``clock skew``. The world runs on Nova's.
         self.clock_skew = 0.0
+        #: server id -> its instance actions (see instanceha.sim.moves).
+        self.instance_actions: dict[str, list] = {}
 
     # --- scheduling world events -------------------------------------
 
@@ -515,6 +524,7 @@ class World:
         return model.Migration(
             id=mig.id, server_id=mig.server_id, source_host=mig.source_host,
             dest_host=mig.dest_host, status=mig.status,
+            migration_type=mig.kind,
             created_at=self.clock.at(mig.created_at),
             updated_at=self.clock.at(mig.updated_at))
 
@@ -837,8 +847,7 @@ class SimCloud(ports.CloudPort):
                 code = int(fault.error)
                 raise exceptions.CloudError(
                     '%s: HTTP %d from Nova: %s' % (
-                        what, code, 'Unexpected API Error.' if code == 500
-                        else 'Service Unavailable'),
+                        what, code, _HTTP_TEXT[code]),
                     request_id='req-sim-fault-%d' % next(self._fault_ids),
                     status=code)
         return action() if action is not None else None
@@ -895,7 +904,8 @@ class SimCloud(ports.CloudPort):
         self._faults('get_server', 'show server %s' % server_id)
         return self.world.server_model(self._server(server_id))
 
-    def _migrations(self, server_id=None, source_host=None, since=None):
+    def _migrations(self, server_id=None, source_host=None, since=None,
+                    kind='evacuation'):
         w = self.world
         out = []
         if since is not None:
@@ -903,6 +913,8 @@ class SimCloud(ports.CloudPort):
             # (the Nova adapter translates it with the Date header's skew).
             since -= datetime.timedelta(seconds=w.clock_skew)
         for mig in reversed(w.migrations):
+            if mig.kind != kind:
+                continue
             if server_id and mig.server_id != server_id:
                 continue
             if source_host and mig.source_host != source_host:
@@ -916,11 +928,13 @@ class SimCloud(ports.CloudPort):
 
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,
-                   since: datetime.datetime | None = None
+                   since: datetime.datetime | None = None,
+                   migration_type: str = 'evacuation'
                    ) -> list[model.Migration]:
         self._call()
         self._faults('migrations', 'list migrations')
-        return self._migrations(server_id, source_host, since)
+        return self._migrations(server_id, source_host, since,
+                                migration_type)
 
     def set_server_lock(self, server_id: str, locked: bool,
                         reason: str | None = None) -> None:
@@ -959,6 +973,51 @@ class SimCloud(ports.CloudPort):
                                         status=400)
         srv.status = state.upper()
         srv.task_state = None
+        self.world._changed(srv)
+
+    # -- planned moves (maintenance; the world's side is in sim.moves) ----
+
+    def live_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        self._call()
+        return self._faults(
+            'live_migrate', 'live-migrate server %s' % server_id,
+            lambda: moves.live_migrate(self.world, server_id, host))
+
+    def cold_migrate(self, server_id: str, host: str | None = None
+                     ) -> str | None:
+        self._call()
+        return self._faults(
+            'cold_migrate', 'cold-migrate server %s' % server_id,
+            lambda: moves.cold_migrate(self.world, server_id, host))
+
+    def confirm_resize(self, server_id: str) -> None:
+        self._call()
+        self._faults('confirm_resize', 'confirm migration of server %s'
+                     % server_id,
+                     lambda: moves.confirm_resize(self.world, server_id))
+
+    def action_errors(self, server_id: str, action: str,
+                      request_id: str | None = None
+                      ) -> tuple[str | None, list[str]]:
+        self._call()
+        self._faults('get_server', 'list actions of server %s' % server_id)
+        return moves.action_errors(self.world, self._server(server_id),
+                                   action, request_id)
+
+    def set_server_metadata(self, server_id: str, key: str,
+                            value: str) -> None:
+        self._call()
+        srv = self._server(server_id)
+        self._faults('metadata', 'set metadata %s on server %s' % (
+            key, server_id), lambda: srv.metadata.__setitem__(key, value))
+        self.world._changed(srv)
+
+    def delete_server_metadata(self, server_id: str, key: str) -> None:
+        self._call()
+        srv = self._server(server_id)
+        self._faults('metadata', 'delete metadata %s of server %s' % (
+            key, server_id), lambda: srv.metadata.pop(key, None))
         self.world._changed(srv)
 
 

@@ -204,6 +204,66 @@ class TestInvariants(testtools.TestCase):
         self.assertIn('gate blocked', w.violations[1])
 
 
+class TestPlannedMoves(testtools.TestCase):
+    """Live and cold migration in the simulated Nova (maintenance)."""
+
+    def test_no_valid_host_shows_only_in_the_instance_action(self):
+        w = small_world(hosts=('h1', 'h2'))
+        w.hosts['h2'].status = 'disabled'
+        cloud = sim_world.SimCloud(w)
+        rid = cloud.live_migrate('vm1')
+        self.assertEqual('migrating', cloud.get_server('vm1').task_state)
+        advance(w, 10)
+        srv = cloud.get_server('vm1')
+        self.assertEqual(('h1', 'ACTIVE', None),
+                         (srv.host, srv.status, srv.task_state))
+        got_rid, errors = cloud.action_errors('vm1', 'live-migration')
+        self.assertEqual(rid, got_rid)
+        self.assertIn('NoValidHost', errors[0])
+        mig, = cloud.migrations(server_id='vm1',
+                                migration_type='live-migration')
+        self.assertEqual('error', mig.status)
+        self.assertEqual([], cloud.migrations(server_id='vm1'))
+
+    def test_refusals_name_the_state(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        cloud.live_migrate('vm1')
+        exc = self.assertRaises(exceptions.CloudError, cloud.live_migrate,
+                                'vm1')
+        self.assertEqual(409, exc.status)
+        self.assertIn('task_state migrating', str(exc))
+        exc = self.assertRaises(exceptions.CloudError, cloud.cold_migrate,
+                                'vm1', 'h1')
+        self.assertEqual(409, exc.status)
+        exc = self.assertRaises(exceptions.CloudError, cloud.confirm_resize,
+                                'vm1')
+        self.assertEqual(400, exc.status)
+
+    def test_cold_migration_waits_for_confirmation(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        w.servers['vm1'].status = 'SHUTOFF'
+        w.servers['vm1'].running_on.clear()
+        cloud.cold_migrate('vm1', 'h3')
+        advance(w, 60)
+        self.assertEqual(('h3', 'VERIFY_RESIZE'), (
+            cloud.get_server('vm1').host, cloud.get_server('vm1').status))
+        self.assertEqual(63, w.free('h1'))  # held until confirmed
+        cloud.confirm_resize('vm1')
+        self.assertEqual('SHUTOFF', cloud.get_server('vm1').status)
+        self.assertEqual(64, w.free('h1'))
+
+    def test_metadata(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        cloud.set_server_metadata('vm1', 'k', 'v')
+        self.assertEqual({'k': 'v'}, cloud.get_server('vm1').metadata)
+        cloud.delete_server_metadata('vm1', 'k')
+        cloud.delete_server_metadata('vm1', 'k')
+        self.assertEqual({}, cloud.get_server('vm1').metadata)
+
+
 class TestExecutor(testtools.TestCase):
 
     def test_jobs_finish_in_simulated_time(self):

@@ -72,6 +72,11 @@ ARGS = {
     'set_server_lock': (('s1', True, 'r'), {}),
     'stop_server': (('s1',), {}),
     'reset_server_state': (('s1', 'error'), {}),
+    'live_migrate': (('s1',), {}),
+    'cold_migrate': (('s1', 'h2'), {}),
+    'confirm_resize': (('s1',), {}),
+    'set_server_metadata': (('s1', 'k', 'v'), {}),
+    'delete_server_metadata': (('s1', 'k'), {}),
     'fence': (('h1',), {}),
     'unfence': (('h1',), {}),
 }

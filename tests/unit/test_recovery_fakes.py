@@ -232,6 +232,13 @@ class FakeCloud(ports.CloudPort):
         self.servers[server_id] = _replace(self.servers[server_id],
                                            status=state.upper())
 
+    def _planned(self, *args, **kwargs):
+        raise AssertionError('the recovery engine made a planned move '
+                             '(maintenance only)')
+
+    live_migrate = cold_migrate = confirm_resize = action_errors = \
+        set_server_metadata = delete_server_metadata = _planned
+
     # -- helpers ---------------------------------------------------------------
     def evacuations(self, server_id):
         return [c for c in self.calls
