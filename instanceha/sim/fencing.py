@@ -31,6 +31,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from instanceha.engine import ports
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import devices
 from instanceha.sim import world as sim_world
@@ -103,8 +104,9 @@ class SimDeviceFactory(devices.DeviceFactory):
     simulated, not wall, time.
     """
 
-    def __init__(self, world: sim_world.World):
-        super().__init__(world.clock)
+    def __init__(self, world: sim_world.World,
+                 clock: ports.Clock | None = None):
+        super().__init__(clock or world.clock)
         self.world = world
 
     def driver_class(self, name: str, option: str) -> type[base.FencingDriver]:

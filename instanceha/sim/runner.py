@@ -225,12 +225,13 @@ class Simulation:
         drivers.gates = [GateSpy(g, copy) for g in drivers.gates]
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
+        clock = sim_clock.ServiceClock(self.clock,
+                                       lambda: self.world.clock_skew)
         env = ports.Environment(
             cloud=_CycleCloud(self.cloud, copy.new_cycle,
                               self.snapshot_calls),
-            clock=sim_clock.ServiceClock(
-                self.clock, lambda: self.world.clock_skew),
-            fencer=self._fencer_factory(conf),
+            clock=clock,
+            fencer=self._fencer_factory(conf, clock),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
             executor=copy.executor, kdump=kdump, listeners=listeners)
@@ -251,11 +252,16 @@ class Simulation:
             self.readonly.discard(name)
         self.election.join(name)
 
-    def make_fencer(self, conf: cfg.ConfigOpts) -> ports.Fencer:
-        """The production fencing topology, with the world's devices."""
+    def make_fencer(self, conf: cfg.ConfigOpts,
+                    clock: ports.Clock) -> ports.Fencer:
+        """The production fencing topology, with the world's devices.
+
+        Every device and the topology run on ``clock``, the copy's own.
+        """
         from instanceha.plugins.fencing import topology
         return topology.Topology.from_conf(
-            conf, devices=sim_fencing.SimDeviceFactory(self.world))
+            conf, clock=clock,
+            devices=sim_fencing.SimDeviceFactory(self.world, clock))
 
     def _kdump_watch(self, drivers, conf) -> ports.KdumpWatch | None:
         """The engine's KdumpWatch, as the service picks it.
