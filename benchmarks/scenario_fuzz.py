@@ -35,7 +35,11 @@ Checked on every run:
   reason (nothing we did overwrote or re-enabled it);
 * *isolated hosts live* (with the heartbeat detector): no fencing device
   is asked to power off a host that runs and whose heartbeat agent gets
-  through, while only its link to Nova (or its nova-compute) is down.
+  through, while only its link to Nova (or its nova-compute) is down;
+* *healthy hosts live*: no fencing device is asked to power off a host
+  that has not failed in the timeline (e.g. through a short fencing key
+  that also matches another host: some generated clouds have two hosts
+  with one short name, compute-0.az1 and compute-0.az2).
 
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
@@ -83,6 +87,10 @@ INVARIANTS = (
 )
 OPERATOR_WINS = 'operator-wins'
 ISOLATED_LIVES = 'isolated-host-not-fenced'
+HEALTHY_LIVES = 'healthy-host-not-fenced'
+#: Timeline commands after which a host may rightly be fenced.
+FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
+            'kdump')
 END = 900.0
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
 
@@ -102,7 +110,18 @@ class Case:
         self.mix = mix
         rnd = self.rnd = random.Random(seed)
         n = rnd.randint(4, 8)
-        self.hosts = ['compute-%d' % i for i in range(n)]
+        self.zones = ['az1'] if rnd.random() < 0.5 else ['az1', 'az2']
+        self.fqdn = len(self.zones) > 1 and rnd.random() < 0.5
+        if self.fqdn:
+            # compute-0.az1 and compute-0.az2: one short name, two hosts.
+            self.hosts = ['compute-%d.%s' % (i // 2, self.zones[i % 2])
+                          for i in range(n)]
+        else:
+            self.hosts = ['compute-%d' % i for i in range(n)]
+        # Some fencing entries use the short name (ambiguous when two
+        # Nova hosts share it: those hosts must then never be fenced).
+        self.short_keys = {h for h in self.hosts
+                           if self.fqdn and rnd.random() < 0.3}
         self.copies = ['ha-a', 'ha-b'] if (
             'leader' in mix and rnd.random() < 0.5) else ['ha']
         self.spare = 'spare-1' if rnd.random() < 0.25 else None
@@ -117,7 +136,7 @@ class Case:
 
     def topology(self) -> dict:
         rnd = random.Random(self.seed * 7919 + 1)
-        zones = ['az1'] if rnd.random() < 0.5 else ['az1', 'az2']
+        zones = self.zones
         hosts = {h: {} for h in self.hosts}
         members: dict[str, list[str]] = {z: [] for z in zones}
         for i, h in enumerate(self.hosts):
@@ -135,6 +154,7 @@ class Case:
         instances = {}
         for h in self.hosts:
             for k in range(rnd.randint(0, 3)):
+                tag = h.split('-', 1)[1].replace('.', '-')
                 spec = {'host': h, 'flavor': rnd.choice(['m1.small',
                                                          'db.large']),
                         'image': 'cirros'}
@@ -145,7 +165,7 @@ class Case:
                     spec['status'] = 'ERROR'
                 elif roll < 0.2:
                     spec['locked'] = True
-                instances['vm-%s-%d' % (h.split('-')[1], k)] = spec
+                instances['vm-%s-%d' % (tag, k)] = spec
         return {
             'simulation': {'end': END, 'copies': self.copies},
             'defaults': {'vcpus': rnd.choice([8, 16, 64])},
@@ -163,12 +183,14 @@ class Case:
     def fencing(self) -> dict:
         hosts = {}
         for h in self.hosts + ([self.spare] if self.spare else []):
-            bmc = {'driver': 'sim', 'name': 'bmc'}
+            bmc = {'driver': 'sim', 'name': 'bmc', 'target': h}
+            key = h.split('.', 1)[0] if h in self.short_keys else h
             if h in self.pdus:
-                hosts[h] = {'levels': [bmc, {'driver': 'sim', 'name': 'pdu',
-                                             'target': self.pdus[h]}]}
+                hosts[key] = {'levels': [bmc, {'driver': 'sim',
+                                               'name': 'pdu',
+                                               'target': self.pdus[h]}]}
             else:
-                hosts[h] = bmc
+                hosts[key] = bmc
         return {'hosts': hosts}
 
     def _options(self) -> dict[str, str]:
@@ -325,24 +347,33 @@ class Case:
             timeline=self.commands())
 
 
-def _watch_isolated(world, case: Case) -> list[str]:
-    """Record power-off requests for running, heartbeating hosts.
+def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
+    """Record power-off requests for hosts that must live.
 
-    Only with the heartbeat detector, whose fresh heartbeat must veto
-    Nova's "failed" for a host cut off from Nova alone (R15).
+    A host that never failed in the timeline; and, with the heartbeat
+    detector (whose fresh heartbeat must veto Nova's "failed" for a host
+    cut off from Nova alone, R15), a running, heartbeating host.
     """
     found: list[str] = []
-    if 'heartbeat' not in case.options['detection.detectors']:
-        return found
+    heartbeat = 'heartbeat' in case.options['detection.detectors']
+    failed_at = {}
+    for t, name, args in case.timeline:
+        if name in FAILURES:
+            failed_at[args[0]] = min(t, failed_at.get(args[0], t))
     request = world.device_request
 
     def checked(name, state, remaining):
         h = world.hosts.get(world.device(name).host)
-        if (state == 'off' and h is not None and h.agent_alive
-                and not h.beating):
-            found.append('t=%g power off %s (device %s) while it runs and '
-                         'its heartbeat gets through' % (
-                             world.clock.t, h.name, name))
+        now = world.clock.t
+        if state == 'off' and h is not None:
+            if heartbeat and h.agent_alive and not h.beating:
+                found.append((ISOLATED_LIVES, 't=%g power off %s (device '
+                              '%s) while it runs and its heartbeat gets '
+                              'through' % (now, h.name, name)))
+            elif failed_at.get(h.name, now + 1) > now:
+                found.append((HEALTHY_LIVES, 't=%g power off %s (device '
+                              '%s), which never failed' % (now, h.name,
+                                                           name)))
         return request(name, state, remaining)
 
     world.device_request = checked
@@ -357,7 +388,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
-        isolated_fenced = _watch_isolated(sim.world, case)
+        wrong_power_offs = _watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None
         try:
@@ -368,7 +399,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             error = '%s: %s' % (type(exc).__name__, exc)
         wall = time.perf_counter() - started
     found = [(invariant_of(v), v) for v in violations]
-    found += [(ISOLATED_LIVES, v) for v in isolated_fenced]
+    found += wrong_power_offs
     if error is None:
         for host, reason in sorted(case.expected_operator_reasons().items()):
             h = sim.world.hosts.get(host)
@@ -414,7 +445,8 @@ def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
 
 def table(report: dict) -> str:
     names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, ISOLATED_LIVES,
-                                          'engine-error', 'other']
+                                          HEALTHY_LIVES, 'engine-error',
+                                          'other']
     rows = [('runs', str(report['runs'])),
             ('seeds', '%s..%s' % tuple(report['seeds'])
              if report['seeds'] else '-'),

@@ -38,7 +38,7 @@ import testtools
 
 SMOKE_MIX = None  # every kind: the generator's MIX_ALL
 FIRST_SEED = 1
-RUNS = 300
+RUNS = 200
 
 
 def load_generator():
