@@ -450,7 +450,8 @@ class Simulation:
                 w.clock_skew = float(a[1])
             except ValueError:
                 raise sim_world.ScenarioError(
-                    '%s: %r is not a number of seconds' % (where, a[1]))
+                    '%s: expected "clock skew SECONDS"; %r is not a '
+                    'number of seconds' % (where, a[1]))
             host = None
             details['skew'] = w.clock_skew
         elif name == 'end':

@@ -517,6 +517,17 @@ class TestGolden(testtools.TestCase):
         self.assertIn('timeline line 1', err.getvalue())
         self.assertIn("unknown host 'compute-9'", err.getvalue())
 
+    def test_clock_skew_needs_a_number_of_seconds(self):
+        for bad in ('clock skew', 'clock skew soon', 'clock ahead 5'):
+            with open(os.path.join(self.case, 'timeline'), 'w') as f:
+                f.write('10 %s\n' % bad)
+            err = io.StringIO()
+            self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+            self.useFixture(fixtures.MonkeyPatch('sys.stdout', io.StringIO()))
+            self.assertEqual(2, simulate.main([self.case]), bad)
+            self.assertIn('timeline line 1', err.getvalue())
+            self.assertIn('clock skew', err.getvalue())
+
     def test_cli_unknown_scenario(self):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
