@@ -115,6 +115,7 @@ def _server(raw: dict) -> model.Server:
         task_state=raw.get('OS-EXT-STS:task_state'),
         metadata=dict(raw.get('metadata') or {}),
         locked=bool(raw.get('locked')),
+        locked_reason=raw.get('locked_reason'),
         project_id=raw.get('tenant_id'))
 
 

@@ -72,6 +72,9 @@ class Server:
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     locked: bool = False
     project_id: str | None = None
+    #: Why it is locked, as Nova reports it (instanceha's own locks say
+    #: so, and what the instance's status was before its evacuation).
+    locked_reason: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

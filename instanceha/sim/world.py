@@ -175,6 +175,7 @@ class Server:
     task_state: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     locked: bool = False
+    locked_reason: str | None = None
     project_id: str | None = 'demo'
     #: Hosts where the guest really runs (the truth, not Nova's view).
     running_on: set = dataclasses.field(default_factory=set)
@@ -516,6 +517,7 @@ class World:
                 flavor=model.Flavor(fl.name, dict(fl.extra_specs)),
                 image_id=srv.image_id, task_state=srv.task_state,
                 metadata=dict(srv.metadata), locked=srv.locked,
+                locked_reason=srv.locked_reason if srv.locked else None,
                 project_id=srv.project_id)
             self._server_cache[srv.id] = cached
         return cached
@@ -944,6 +946,7 @@ class SimCloud(ports.CloudPort):
         def lock():
             self.world.check_actor('lock' if locked else 'unlock', srv.host)
             srv.locked = locked
+            srv.locked_reason = reason if locked else None
             self.world._changed(srv)
         self._faults('lock', '%s server %s' % (
             'lock' if locked else 'unlock', server_id), lock)

@@ -36,6 +36,7 @@ valid host") rarely clears within a second.
 from collections.abc import Callable
 import dataclasses
 import enum
+import re
 
 from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import events
@@ -52,6 +53,32 @@ MIGRATION_DONE = frozenset({'done', 'completed'})
 #: Anything else (failed, error, cancelled) is a failed attempt.
 
 LOCK_REASON = 'instanceha: evacuating from %s'
+_LOCK_RE = re.compile(r'^instanceha: evacuating from (?P<host>\S+)'
+                      r'(?: \(was (?P<was>[A-Z_]+)\))?$')
+
+
+def lock_reason(host: str, was: str | None) -> str:
+    """Our lock reason, read back after a restart.
+
+    It says the lock is ours (we never unlock a lock we did not take) and
+    what the instance's status was before (restored after its rebuild).
+    """
+    text = LOCK_REASON % host
+    return '%s (was %s)' % (text, was) if was else text
+
+
+def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
+    """(locked by us for ``host``, status before) from Nova's lock reason.
+
+    A lock whose reason is not ours is someone else's (its owner's), and
+    is left exactly as it is.
+    """
+    if not server.locked:
+        return False, None
+    m = _LOCK_RE.match(server.locked_reason or '')
+    if not m or m.group('host') != host:
+        return False, None
+    return True, m.group('was')
 
 #: A proof that the host is off is fresh for this many seconds: every
 #: evacuate call needs one at most this old (a device read costs time,
@@ -203,24 +230,30 @@ class EvacuationJob:
             recs = records.get(srv.id, [])
             live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
                 r for r in recs if r.status in MIGRATION_DONE]
+            ours, was = our_lock(srv, self.host)
+            if srv.locked and not ours and srv.locked_reason is None:
+                # A cloud that does not report lock reasons: a lock on an
+                # instance we evacuated before is taken to be ours.
+                ours = bool(recs)
             task = InstanceTask(
                 server_id=srv.id, name=srv.name,
-                original_status=srv.status if (
+                original_status=was or (srv.status if (
                     srv.status in model.EVACUABLE_STATUSES and not any(
                         r.status not in MIGRATION_RUNNING | MIGRATION_DONE
-                        for r in recs)) else None,
+                        for r in recs)) else None),
                 priority=self.strategy.priority(srv),
                 target=self.target, attempts=len(recs),
                 known={r.id for r in recs},
-                locked_by_us=bool(recs) and srv.locked,
-                foreign_lock=not recs and srv.locked)
+                locked_by_us=ours, foreign_lock=srv.locked and not ours)
             for rec in recs:
                 if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
                         and rec.dest_host):
                     task.failures[rec.dest_host] = task.failures.get(
                         rec.dest_host, 0) + 1
-            if live:
-                task.current = live[0].id
+            if live or srv.task_state == 'rebuilding':
+                # Being rebuilt (its record may not be listed yet): watched,
+                # never evacuated again; its record is picked up when listed.
+                task.current = live[0].id if live else None
                 task.state = TaskState.IN_FLIGHT
                 task.accepted = True
                 task.started = env.clock.monotonic()
@@ -366,8 +399,11 @@ class EvacuationJob:
                     self._give_up(env, task, 'rebuild did not settle within '
                                   '%d s' % timeout)
                 return
-            if task.verify_lock and not server.locked:
-                task.locked_by_us = False
+            if task.verify_lock:
+                ours, was = our_lock(server, self.host)
+                task.locked_by_us = ours or (server.locked and
+                                             server.locked_reason is None)
+                task.original_status = task.original_status or was
             self._done(env, task, server)
             return
         task.current = None
@@ -383,8 +419,8 @@ class EvacuationJob:
     def _start(self, env, task: InstanceTask, snapshot) -> None:
         if (self.strategy.lock_instances and not task.locked_by_us and
                 not task.foreign_lock):
-            env.cloud.set_server_lock(task.server_id, True,
-                                      LOCK_REASON % self.host)
+            env.cloud.set_server_lock(task.server_id, True, lock_reason(
+                self.host, task.original_status))
             task.locked_by_us = True
             self._emit(env, events.SERVER_LOCKED, server=task.server_id)
         task.attempts += 1

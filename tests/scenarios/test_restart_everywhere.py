@@ -1,0 +1,141 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A restart at any instant of any state changes nothing in the outcome.
+
+Everything a resumed copy needs is in Nova (markers, lock reasons,
+migration records). For each base scenario, the uninterrupted run gives
+the expected outcome; then the service is crashed (or stopped cleanly)
+at every instant the engine did something (and half a second later, in
+the middle of the job), and started again a little later (or restarted
+cleanly at once). Each such run
+must break no invariant and end as the uninterrupted one: the same
+hosts enabled or not, powered or not, in the same final engine state,
+the same instances moved, in the same status, none left locked.
+"""
+
+import os
+import re
+
+import testtools
+
+from instanceha.sim import runner
+from instanceha.sim import scenario as sim_scenario
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'cases')
+
+#: Recoveries with retries, spares, give-ups, kept-disabled hosts and
+#: instances in every evacuable state.
+BASES = (
+    'rebuild-fails-then-other-target',
+    'r07-reserved-host',
+    'r10-evacuable-states',
+    'r11-leave-disabled',
+    'r12-smart-gives-up',
+    'r13-without-force-enable',
+    'r08-kdump',
+    'nova-evacuate-timeout',
+)
+
+#: Seconds between the crash (or stop) and the start.
+DOWN_FOR = 5.0
+
+_FINAL = re.compile(r'^\s*[\d.]+ final (\S+) (host|instance) (.*)$')
+
+
+def outcome(lines: list[str]) -> list[str]:
+    """The end state, without what timing alone may change."""
+    out = []
+    for line in lines:
+        m = _FINAL.match(line)
+        if not m:
+            continue
+        where, kind, details = m.groups()
+        fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', details))
+        if kind == 'host':
+            reason = fields.get('reason', '')
+            marker = re.match(r'"?instanceha:(\w+)', reason)
+            out.append('host %s status=%s forced_down=%s power=%s '
+                       'engine=%s marker=%s' % (
+                           where, fields['status'], fields['forced_down'],
+                           fields['power'], fields.get('engine', '-'),
+                           marker.group(1) if marker else reason))
+        else:
+            moved = 'was' in fields and not fields['was'].endswith(
+                '@' + where)
+            out.append('instance %s status=%s locked=%s task=%s moved=%s'
+                       % (fields['server'], fields['status'],
+                          fields['locked'], fields['task_state'], moved))
+    return sorted(out)
+
+
+def run(path: str, extra=()) -> runner.Result:
+    sc = sim_scenario.load(path)
+    sc.timeline = sorted(list(sc.timeline) + list(extra),
+                         key=lambda c: (c.t, c.line))
+    return runner.Simulation(sc).run()
+
+
+def action_times(lines: list[str]) -> list[float]:
+    times = set()
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 2 and parts[1] == 'ha' and parts[2] != '-':
+            times.add(float(parts[0]))
+    return sorted(times)
+
+
+class TestRestartEverywhere(testtools.TestCase):
+    """Generated below: one test per base scenario and kind of stop."""
+
+
+def _make_test(base: str, how: str):
+    def test(self):
+        path = os.path.join(CASES, base)
+        expected = run(path)
+        self.assertEqual([], expected.violations)
+        want = outcome(expected.lines)
+        failures = []
+        end = expected.sim.end
+        for t in action_times(expected.lines):
+            for at in (t, t + 0.5):
+                if at + DOWN_FOR >= end:
+                    continue
+                if how == 'crash':
+                    extra = [sim_scenario.Command(at, 'service', ('crash',),
+                                                  10000),
+                             sim_scenario.Command(at + DOWN_FOR, 'service',
+                                                  ('start',), 10001)]
+                else:
+                    extra = [sim_scenario.Command(at, 'service',
+                                                  ('restart',), 10000)]
+                got = run(path, extra)
+                if got.violations:
+                    failures.append('%s at %g: %s' % (
+                        how, at, '; '.join(got.violations)))
+                    continue
+                have = outcome(got.lines)
+                if have != want:
+                    diff = sorted(set(have) ^ set(want))
+                    failures.append('%s at %g: outcome differs: %s' % (
+                        how, at, ' | '.join(diff)))
+        if failures:
+            self.fail('%d restart(s) changed the outcome of %s:\n%s' % (
+                len(failures), base, '\n'.join(failures)))
+    test.__doc__ = 'restart (%s) at every state of %s' % (how, base)
+    return test
+
+
+for _base in BASES:
+    for _how in ('crash', 'restart'):
+        setattr(TestRestartEverywhere, 'test_%s_%s' % (
+            _how, _base.replace('-', '_')), _make_test(_base, _how))
