@@ -80,6 +80,7 @@ def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
         return False, None
     return True, m.group('was')
 
+
 #: A proof that the host is off is fresh for this many seconds: every
 #: evacuate call needs one at most this old (a device read costs time,
 #: the calls of one step follow each other within it).
