@@ -54,6 +54,19 @@ OPTS = [
                help='Seconds one rebuild may run before it is given up '
                     '(0: wait forever). A given-up instance marks its host '
                     'FAILED with the smart and orchestrated strategies.'),
+    cfg.StrOpt('on_instance_failure', default='stop_host',
+               choices=[('stop_host', 'once one instance of a host is '
+                         'given up, start no further evacuation of that '
+                         'host (rebuilds already running finish); the host '
+                         'is marked FAILED'),
+                        ('continue', 'evacuate the host\'s other instances '
+                         'anyway, then mark the host FAILED')],
+               help='What the smart and orchestrated strategies do with a '
+                    'failed host\'s remaining instances once one of its '
+                    'instances is given up. Either way the host ends '
+                    'FAILED, disabled and forced down, for an operator; '
+                    '"continue" gets more instances running elsewhere '
+                    'first. Fire-and-forget always goes on.'),
     cfg.BoolOpt('lock_instances', default=True,
                 help='Lock each instance against tenant actions while it is '
                      'evacuated, and unlock it afterwards (also on failure). '

@@ -824,20 +824,35 @@ class Engine:
 
         self._submit(wf, mark, done)
 
-    def _budget(self) -> int:
-        """How many evacuations the next step may start.
+    def _budget(self, wf: HostWorkflow | None = None) -> int:
+        """How many evacuations the next step of ``wf`` may start.
 
         Tracked strategies count the rebuilds they are watching (the
         seed's WORKERS: instances evacuated at the same time);
         fire-and-forget does not wait for rebuilds, so for it the cap only
-        bounds the calls started per tick.
+        bounds the calls started per tick. The cap is shared fairly: each
+        host being evacuated may hold at most its share of it (so the
+        first host in name order cannot starve the others while it
+        retries).
         """
         tracks = self.drivers.evacuation.tracks
+        cap = evacuation_conf.max_in_flight(self.conf)
         used = 0
-        for wf in self._all():
-            running = wf.job.in_flight if (wf.job and tracks) else 0
-            used += running + (wf.budget if wf.future is not None else 0)
-        return max(0, evacuation_conf.max_in_flight(self.conf) - used)
+        for other in self._all():
+            running = other.job.in_flight if (other.job and tracks) else 0
+            used += running + (other.budget if other.future is not None
+                               else 0)
+        free = max(0, cap - used)
+        if wf is None:
+            return free
+        sharing = [w for w in self._workflows.values()
+                   if w.state is S.EVACUATING and (
+                       w.job is None or w.job.wants_more())]
+        if len(sharing) <= 1:
+            return free
+        share = -(-cap // len(sharing))
+        own = wf.job.in_flight if (wf.job and tracks) else 0
+        return max(0, min(free, share - own))
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
@@ -854,7 +869,7 @@ class Engine:
                 wf.host, servers,
                 target=self.drivers.reservation.evacuation_target(wf.spare),
                 since=wf.since)
-        budget = 0 if aftercare else self._budget()
+        budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
         ctx = evac_base.StepContext(
             env=self.env, snapshot=self.snapshot, budget=budget,

@@ -44,6 +44,8 @@ BASES = (
     'r13-without-force-enable',
     'r08-kdump',
     'nova-evacuate-timeout',
+    'on-instance-failure-continue',
+    'on-instance-failure-stop-host',
 )
 
 #: Seconds between the crash (or stop) and the start.

@@ -258,6 +258,13 @@ class EvacuationJob:
                 task.state = TaskState.IN_FLIGHT
                 task.accepted = True
                 task.started = env.clock.monotonic()
+            elif len(recs) > self.strategy.retries:
+                # Given up before a restart: Nova's records of its failed
+                # attempts say so; it is never evacuated again.
+                task.state = TaskState.FAILED
+                task.reason = ('given up after %d failed attempt(s)'
+                               % len(recs))
+                task.locked_by_us = ours
             elif srv.status not in model.EVACUABLE_STATUSES:
                 # Nova evacuates only ACTIVE, ERROR and SHUTOFF (R10);
                 # say so, so that nobody waits for it.
@@ -511,9 +518,14 @@ class EvacuationJob:
             # leading: it then neither acts nor tells a story.
             env.guard.check('evacuation step of %s' % self.host)
         records = None
+        budget = ctx.budget
         if not self._classified:
             records = self._records(env)
             self._classify(env, records)
+            if self.strategy.tracks:
+                # Rebuilds found running (a resumed job) count against the
+                # cap the budget was computed without.
+                budget -= self.in_flight
         for task in self._sorted():
             # An unlock that failed after the task ended is retried.
             if task.state in (TaskState.DONE, TaskState.FAILED):
@@ -538,7 +550,6 @@ class EvacuationJob:
                                server=task.server_id, reason=self._stopped)
                     self._unlock(env, task)
             return self.progress()
-        budget = ctx.budget
         now = env.clock.monotonic()
         for task in self.strategy.ready(self._sorted()):
             if budget <= 0 or not env.coordinator.is_leader():
@@ -616,6 +627,11 @@ class EvacuationJob:
     def _sorted(self) -> list[InstanceTask]:
         return [self.tasks[k] for k in sorted(self.tasks)]
 
+    def wants_more(self) -> bool:
+        """Whether some instance still waits for its evacuation call."""
+        return not self._classified or any(
+            t.state is TaskState.PENDING for t in self.tasks.values())
+
     @property
     def in_flight(self) -> int:
         return sum(1 for t in self.tasks.values()
@@ -651,9 +667,15 @@ class EvacuationStrategy(base.Driver):
     #: True: an instance counts as evacuated once its rebuild is done;
     #: False: once Nova accepted the call (fire-and-forget).
     tracks: bool = True
-    #: Stop starting evacuations of a host once one instance is given up
-    #: (R12); fire-and-forget reports every refusal and goes on.
-    stop_on_failure: bool = True
+
+    @property
+    def stop_on_failure(self) -> bool:
+        """Start nothing more on a host once one instance is given up.
+
+        R12, ``[evacuation] on_instance_failure = stop_host`` (default);
+        ``continue`` evacuates the rest (the host still ends FAILED).
+        """
+        return self.conf.evacuation.on_instance_failure == 'stop_host'
 
     @property
     def retries(self) -> int:

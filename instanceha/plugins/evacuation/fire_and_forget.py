@@ -25,6 +25,7 @@ class FireAndForget(base.EvacuationStrategy):
                    'counts as success (seed default).')
 
     tracks = False
+    #: Reports every refusal and goes on.
     stop_on_failure = False
 
     @property
