@@ -10,31 +10,38 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The production cloud port: Nova's REST API through keystoneauth.
+"""The production cloud port: Nova through python-novaclient.
 
-This is the only module that imports keystoneauth1 (or would import
-novaclient: the calls are few and plain, so a keystoneauth Adapter is used
-directly, which gives exact control over pagination, microversions,
-request ids and call counting).
+This is the only module that imports novaclient and keystoneauth1.
 
 * One keystoneauth session for the life of the object, built from the
-  ``[nova]`` options (any auth plugin, TLS, region, interface, timeout).
-  A 401 makes keystoneauth invalidate the token, re-authenticate and
-  retry once, so token expiry or revocation does not break the service.
+  ``[nova]`` options (any auth plugin, TLS, region, interface, timeout),
+  shared by every novaclient client below. A 401 makes keystoneauth
+  invalidate the token, re-authenticate and retry once, so token expiry or
+  revocation does not break the service.
 * Compute API microversion pinned to 2.94: up to 2.94 an evacuated server
   keeps its power state; from 2.95 it always ends SHUTOFF.
+* novaclient's managers make the single calls (get, evacuate, lock, stop,
+  migrate, ...). Listings go through novaclient's HTTP client and follow
+  Nova's ``next`` links: the managers drop those links, and without them a
+  short page cannot be told from a page cut at Nova's own ``[api]
+  max_limit`` (a missed server is an instance never evacuated). A change
+  of a compute service (status, reason, forced_down) is one PUT, as Nova
+  offers it, so the marker and forced_down are set together.
 * A snapshot costs a fixed number of calls, whatever the number of hosts:
   services (1), servers (1 per ``page_size`` servers), aggregates (1),
   images (1 per page, only when asked), evacuation records (1 per page,
   only when asked). Flavor extra specs come embedded in each server
-  (2.47+), never one call per flavor.
+  (2.47+), never one call per flavor. ``api_calls`` counts requests made
+  (a keystoneauth re-authentication retry is part of its request).
 * Image tags and properties: Glance v2 (tags and properties) when the
   catalog has an image endpoint, else Nova's deprecated image proxy at
   microversion 2.35 (properties only: the proxy does not return tags).
   Nova's functional-test stack has no Glance endpoint, only an in-process
   fake behind that proxy, so the functional tests use the proxy.
 * Every failure is a :class:`~instanceha.exceptions.CloudError` naming the
-  call and carrying Nova's request id; no credential is ever in a message.
+  call and carrying Nova's request id when Nova answered; no credential is
+  ever in a message.
 """
 
 import datetime
@@ -47,6 +54,10 @@ from urllib import parse
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1.identity import base as ks_identity
 from keystoneauth1 import loading as ks_loading
+from keystoneauth1.loading import adapter as ks_adapter
+from novaclient import api_versions
+from novaclient import client as nova_client
+from novaclient import exceptions as nova_exc
 from oslo_config import cfg
 
 from instanceha.engine import model
@@ -162,7 +173,7 @@ def _request_id(resp) -> str | None:
 
 
 def _fault(resp) -> str:
-    """Nova's error text from a response body, short."""
+    """Nova's (or Glance's) error text from a response body, short."""
     try:
         body = resp.json()
     except ValueError:
@@ -172,6 +183,14 @@ def _fault(resp) -> str:
         if isinstance(inner, dict) and 'message' in inner:
             return str(inner['message'])[:300]
     return str(body)[:300]
+
+
+def _nova_message(exc: nova_exc.ClientException) -> str:
+    """The text Nova gave with a refusal (novaclient parsed the body)."""
+    message = getattr(exc, 'message', None)
+    if not message or message == 'n/a':
+        return type(exc).__name__
+    return str(message)[:300]
 
 
 class NovaCloud(ports.CloudPort):
@@ -203,16 +222,60 @@ class NovaCloud(ports.CloudPort):
                 'credentials to reach Nova (e.g. auth_type = password)')
         self.session = ks_loading.load_session_from_conf_options(
             conf, 'nova', auth=self._auth)
+        # Every answer passes here, whichever novaclient call made it.
+        self.session.session.hooks['response'].append(self._note_date)
+        #: novaclient at the pinned microversion (its managers).
+        self.nova = self._client(MICROVERSION)
+        #: novaclient's HTTP client (a keystoneauth Adapter) for the calls
+        #: its managers do not make in one request.
+        self.compute = self.nova.client
+        #: The same at 2.35, for Nova's image proxy (gone in 2.36).
+        self.image_proxy = self._client(IMAGE_PROXY_MICROVERSION).client
+        self._image_source: str | None = None
+
+    def _client(self, version: str):
+        """A novaclient client on our session with the [nova] options."""
+        kwargs: dict = {}
         try:
-            self.compute = ks_loading.load_adapter_from_conf_options(
-                conf, 'nova', session=self.session, auth=self._auth,
-                default_microversion=MICROVERSION)
+            ks_adapter.process_conf_options(self.conf.nova, kwargs)
         except TypeError as exc:
             raise exceptions.ConfigurationError(
                 'invalid [nova] adapter options: %s' % exc) from None
-        self._image_source: str | None = None
+        # The major version is novaclient's own first argument.
+        kwargs.pop('version', None)
+        interface = kwargs.pop('interface', None)
+        if interface:
+            kwargs['endpoint_type'] = interface
+        try:
+            return nova_client.Client(
+                api_versions.APIVersion(version), session=self.session,
+                auth=self._auth, **kwargs)
+        except nova_exc.UnsupportedVersion as exc:
+            raise exceptions.ConfigurationError(
+                'the installed python-novaclient cannot speak compute API '
+                'microversion %s: %s' % (version, exc)) from None
 
     # -- plumbing ---------------------------------------------------------
+
+    def _note_date(self, resp, *args, **kwargs) -> None:
+        """Measure our clock against Nova's from its Date header.
+
+        A requests response hook on the session: only Nova's answers
+        (they name the compute API version) count. The header has whole
+        seconds (Nova's clock read between sending and now, rounded
+        down): a difference under a second is noise.
+        """
+        if 'compute' not in resp.headers.get('OpenStack-API-Version', ''):
+            return
+        now = time.time()
+        try:
+            nova = email.utils.parsedate_to_datetime(
+                resp.headers['Date']).timestamp()
+            sent = now - resp.elapsed.total_seconds()
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return
+        skew = (sent + now) / 2 - (nova + 0.5)
+        self.clock_skew = round(skew, 1) if abs(skew) >= 1.0 else 0.0
 
     def _where(self) -> str:
         """Where we tried to go, for error messages (never a secret)."""
@@ -230,25 +293,47 @@ class NovaCloud(ports.CloudPort):
             bits.append('region %s' % group.region_name)
         return ', '.join(bits)
 
-    def _call(self, what: str, method: str, url: str, *,
-              adapter=None, ok=(200, 202, 204), **kwargs):
-        """One counted request; returns the response or raises CloudError."""
-        adapter = adapter or self.compute
+    def _refused(self, what: str, status: int, text: str,
+                 request_id: str | None, microversion: str
+                 ) -> exceptions.CloudError:
+        """The CloudError of an HTTP refusal, with a hint for the usual."""
+        hint = ''
+        if status == 401:
+            hint = ' (token refused even after re-authenticating)'
+        elif status == 406:
+            hint = (' (this Nova does not offer compute API microversion '
+                    '%s, which instanceha needs)' % microversion)
+        elif status == 403:
+            hint = ' (the [nova] user needs the admin role for this call)'
+        return exceptions.CloudError(
+            '%s: HTTP %d from Nova: %s%s' % (what, status, text, hint),
+            request_id=request_id, status=status)
+
+    def _call(self, what: str, fn, *args, microversion: str = MICROVERSION,
+              **kwargs):
+        """One counted request through ``fn``; raises CloudError."""
         with self._lock:
             self.api_calls += 1
-        sent = time.time()
         try:
-            resp = adapter.request(url, method, raise_exc=False, **kwargs)
+            return fn(*args, **kwargs)
+        except nova_exc.ClientException as exc:
+            status = getattr(exc, 'code', None)
+            if not isinstance(status, int):
+                raise exceptions.CloudError(
+                    '%s failed: %s' % (what, _nova_message(exc)),
+                    request_id=getattr(exc, 'request_id', None)) from None
+            raise self._refused(what, status, _nova_message(exc),
+                                getattr(exc, 'request_id', None),
+                                microversion) from None
         except ks_exc.Unauthorized as exc:
             raise exceptions.CloudError(
                 '%s: keystone refused the credentials of [nova] (%s): %s'
                 % (what, self._where(), exc), status=401) from None
         except ks_exc.EndpointNotFound:
             raise exceptions.CloudError(
-                '%s: no %s endpoint in the catalog for [nova] region_name '
-                '%s and valid_interfaces %s' % (
-                    what, getattr(adapter, 'service_type', '?'),
-                    self.conf.nova.region_name,
+                '%s: no compute endpoint in the catalog for [nova] '
+                'region_name %s and valid_interfaces %s' % (
+                    what, self.conf.nova.region_name,
                     ','.join(self.conf.nova.valid_interfaces or []))
             ) from None
         except ks_exc.ConnectFailure as exc:
@@ -264,49 +349,19 @@ class NovaCloud(ports.CloudPort):
                 '%s failed (%s): %s: %s' % (what, self._where(),
                                             type(exc).__name__, exc)
             ) from None
-        if adapter is self.compute:
-            self._note_date(resp, sent)
-        if resp.status_code not in ok:
-            rid = _request_id(resp)
-            hint = ''
-            if resp.status_code == 401:
-                hint = ' (token refused even after re-authenticating)'
-            elif resp.status_code == 406:
-                hint = (' (this Nova does not offer compute API '
-                        'microversion %s, which instanceha needs)'
-                        % kwargs.get('microversion', MICROVERSION))
-            elif resp.status_code == 403:
-                hint = (' (the [nova] user needs the admin role for '
-                        'this call)')
-            raise exceptions.CloudError(
-                '%s: HTTP %d from Nova: %s%s' % (
-                    what, resp.status_code, _fault(resp), hint),
-                request_id=rid, status=resp.status_code)
-        return resp
 
-    def _note_date(self, resp, sent: float) -> None:
-        """Measure our clock against Nova's from its Date header.
-
-        The header has whole seconds (Nova's clock read between ``sent``
-        and now, rounded down): a difference under a second is noise.
-        """
-        try:
-            nova = email.utils.parsedate_to_datetime(
-                resp.headers['Date']).timestamp()
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return
-        skew = (sent + time.time()) / 2 - (nova + 0.5)
-        self.clock_skew = round(skew, 1) if abs(skew) >= 1.0 else 0.0
-
-    def _json(self, what, method, url, **kwargs) -> dict:
-        resp = self._call(what, method, url, **kwargs)
-        try:
-            return resp.json() if resp.content else {}
-        except ValueError:
+    def _get(self, what: str, url: str, *, client=None,
+             microversion: str = MICROVERSION, **kwargs) -> dict:
+        """GET through novaclient's HTTP client; the JSON body."""
+        client = client or self.compute
+        resp, body = self._call(what, client.get, url,
+                                microversion=microversion, **kwargs)
+        if not isinstance(body, dict):
             raise exceptions.CloudError(
                 '%s: Nova answered HTTP %d with a body that is not JSON'
                 % (what, resp.status_code),
                 request_id=_request_id(resp)) from None
+        return body
 
     def _pages(self, what: str, url: str, key: str, links_key: str,
                params: dict, **kwargs) -> list[dict]:
@@ -315,15 +370,13 @@ class NovaCloud(ports.CloudPort):
         params = dict(params, limit=self.conf.nova.page_size)
         seen_markers = set()
         while True:
-            body = self._json(what, 'GET', url, params=params, **kwargs)
+            body = self._get(what, url, params=params, **kwargs)
             page = body.get(key) or []
             items.extend(page)
             nxt = None
             for link in body.get(links_key) or []:
                 if link.get('rel') == 'next':
                     nxt = link.get('href')
-            if isinstance(body.get('next'), str):  # glance
-                nxt = body['next']
             if not nxt or not page:
                 return items
             query = dict(parse.parse_qsl(parse.urlsplit(nxt).query))
@@ -333,16 +386,12 @@ class NovaCloud(ports.CloudPort):
             seen_markers.add(marker)
             params = dict(query, limit=self.conf.nova.page_size)
 
-    def _action(self, what: str, server_id: str, body: dict) -> None:
-        self._call(what, 'POST', '/servers/%s/action' % server_id,
-                   json=body)
-
     # -- snapshot ---------------------------------------------------------
 
     def list_services(self) -> tuple[model.Service, ...]:
-        body = self._json('list nova-compute services', 'GET',
-                          '/os-services', params={'binary': 'nova-compute'})
-        return tuple(_service(s) for s in body.get('services') or ())
+        found = self._call('list nova-compute services',
+                           self.nova.services.list, binary='nova-compute')
+        return tuple(_service(s.to_dict()) for s in found)
 
     def list_servers(self) -> tuple[model.Server, ...]:
         raw = self._pages('list servers', '/servers/detail', 'servers',
@@ -353,8 +402,8 @@ class NovaCloud(ports.CloudPort):
         return tuple(_server(s) for s in unique.values())
 
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:
-        body = self._json('list aggregates', 'GET', '/os-aggregates')
-        return tuple(_aggregate(a) for a in body.get('aggregates') or ())
+        found = self._call('list aggregates', self.nova.aggregates.list)
+        return tuple(_aggregate(a.to_dict()) for a in found)
 
     def image_source(self) -> str:
         """'glance' or 'nova', per ``[tagging] image_source``."""
@@ -394,17 +443,34 @@ class NovaCloud(ports.CloudPort):
                 root = root[:-3]
             # Glance leaves hidden images (os_hidden) out of a listing
             # unless asked; servers may still run from them.
-            raw = (self._pages_absolute('list images (glance)', root, {})
-                   + self._pages_absolute('list hidden images (glance)',
-                                          root, {'os_hidden': 'true'}))
+            raw = (self._glance_pages('list images (glance)', root, {})
+                   + self._glance_pages('list hidden images (glance)',
+                                        root, {'os_hidden': 'true'}))
             return {i['id']: _glance_image(i) for i in raw}
         raw = self._pages(
             'list images (nova image proxy)', '/images/detail', 'images',
-            'images_links', {}, microversion=IMAGE_PROXY_MICROVERSION)
+            'images_links', {}, client=self.image_proxy,
+            microversion=IMAGE_PROXY_MICROVERSION)
         return {i['id']: _proxy_image(i) for i in raw}
 
-    def _pages_absolute(self, what: str, root: str, params: dict
-                        ) -> list[dict]:
+    def _glance_get(self, what: str, url: str) -> dict:
+        """One GET on Glance (no novaclient there: the plain session)."""
+        resp = self._call(what, self.session.get, url, raise_exc=False)
+        if resp.status_code != 200:
+            raise self._refused(what, resp.status_code, _fault(resp),
+                                _request_id(resp), MICROVERSION)
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise exceptions.CloudError(
+                '%s: Glance answered with a body that is not JSON' % what,
+                request_id=_request_id(resp))
+        return body
+
+    def _glance_pages(self, what: str, root: str, params: dict
+                      ) -> list[dict]:
         """Glance's listing: absolute URLs, a relative "next" link."""
         items: list[dict] = []
         url = '%s/v2/images?%s' % (root, parse.urlencode(
@@ -412,7 +478,7 @@ class NovaCloud(ports.CloudPort):
         seen = set()
         while url and url not in seen:
             seen.add(url)
-            body = self._json(what, 'GET', url, adapter=self.session)
+            body = self._glance_get(what, url)
             page = body.get('images') or []
             items.extend(page)
             nxt = body.get('next')
@@ -455,19 +521,25 @@ class NovaCloud(ports.CloudPort):
             body['forced_down'] = forced_down
         if not body:
             return service
-        data = self._json('update nova-compute service on %s' % service.host,
-                          'PUT', '/os-services/%s' % service.id, json=body)
+        # One PUT: novaclient's managers would split it in two requests,
+        # and the marker must never be set without forced_down.
+        what = 'update nova-compute service on %s' % service.host
+        resp, data = self._call(what, self.compute.put,
+                                '/os-services/%s' % service.id, body=body)
+        if not isinstance(data, dict) or 'service' not in data:
+            raise exceptions.CloudError(
+                '%s: Nova answered HTTP %d without the service'
+                % (what, resp.status_code), request_id=_request_id(resp))
         return _service(data['service'])
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
-        args = {'host': host} if host else {}
-        self._action('evacuate server %s' % server_id, server_id,
-                     {'evacuate': args})
+        self._call('evacuate server %s' % server_id,
+                   self.nova.servers.evacuate, server_id, host=host)
 
     def get_server(self, server_id: str) -> model.Server:
-        body = self._json('get server %s' % server_id, 'GET',
-                          '/servers/%s' % server_id)
-        return _server(body['server'])
+        found = self._call('get server %s' % server_id,
+                           self.nova.servers.get, server_id)
+        return _server(found.to_dict())
 
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,
@@ -496,6 +568,11 @@ class NovaCloud(ports.CloudPort):
         result.sort(key=lambda m: m.created_at or epoch, reverse=True)
         return result
 
+    @staticmethod
+    def _first_request_id(answer) -> str | None:
+        ids = getattr(answer, 'request_ids', None) or ()
+        return ids[0] if ids else None
+
     def live_migrate(self, server_id: str, host: str | None = None
                      ) -> str | None:
         """Start a live migration; returns Nova's request id.
@@ -506,10 +583,8 @@ class NovaCloud(ports.CloudPort):
         """
         what = 'live-migrate server %s%s' % (
             server_id, ' to %s' % host if host else '')
-        resp = self._call(what, 'POST', '/servers/%s/action' % server_id,
-                          json={'os-migrateLive': {
-                              'host': host, 'block_migration': 'auto'}})
-        return _request_id(resp)
+        return self._first_request_id(self._call(
+            what, self.nova.servers.live_migrate, server_id, host, 'auto'))
 
     def cold_migrate(self, server_id: str, host: str | None = None
                      ) -> str | None:
@@ -519,14 +594,12 @@ class NovaCloud(ports.CloudPort):
         """
         what = 'cold-migrate server %s%s' % (
             server_id, ' to %s' % host if host else '')
-        body = {'migrate': {'host': host} if host else None}
-        resp = self._call(what, 'POST', '/servers/%s/action' % server_id,
-                          json=body)
-        return _request_id(resp)
+        return self._first_request_id(self._call(
+            what, self.nova.servers.migrate, server_id, host=host))
 
     def confirm_resize(self, server_id: str) -> None:
-        self._action('confirm migration of server %s' % server_id,
-                     server_id, {'confirmResize': None})
+        self._call('confirm migration of server %s' % server_id,
+                   self.nova.servers.confirm_resize, server_id)
 
     def action_errors(self, server_id: str, action: str,
                       request_id: str | None = None
@@ -539,19 +612,18 @@ class NovaCloud(ports.CloudPort):
         newest ``action`` (e.g. live-migration). Returns (its request id,
         "event: details" of each failed event).
         """
-        body = self._json('list actions of server %s' % server_id, 'GET',
-                          '/servers/%s/os-instance-actions' % server_id)
-        actions = body.get('instanceActions') or []
+        found = self._call('list actions of server %s' % server_id,
+                           self.nova.instance_action.list, server_id)
+        actions = [a.to_dict() for a in found]
         chosen = [a for a in actions if a.get('request_id') == request_id]
         chosen = chosen or [a for a in actions if a.get('action') == action]
         if not chosen:
             return None, []
         rid = max(chosen, key=lambda a: a.get('start_time') or '')[
             'request_id']
-        body = self._json('get action %s of server %s' % (rid, server_id),
-                          'GET', '/servers/%s/os-instance-actions/%s' % (
-                              server_id, rid))
-        events = (body.get('instanceAction') or {}).get('events') or ()
+        detail = self._call('get action %s of server %s' % (rid, server_id),
+                            self.nova.instance_action.get, server_id, rid)
+        events = detail.to_dict().get('events') or ()
         return rid, ['%s: %s' % (e.get('event'), (
             e.get('details') or e.get('result') or '').strip())
             for e in events if (e.get('result') or '').lower() == 'error']
@@ -559,37 +631,41 @@ class NovaCloud(ports.CloudPort):
     def set_server_metadata(self, server_id: str, key: str,
                             value: str) -> None:
         """Set one metadata item (others are left alone)."""
+        # novaclient's set_meta_item puts the key in the URL unquoted.
         self._call('set metadata %s on server %s' % (key, server_id),
-                   'PUT', '/servers/%s/metadata/%s' % (
+                   self.compute.put, '/servers/%s/metadata/%s' % (
                        server_id, parse.quote(key, safe='')),
-                   json={'meta': {key: value}})
+                   body={'meta': {key: value}})
 
     def delete_server_metadata(self, server_id: str, key: str) -> None:
         """Remove one metadata item; an absent item is not an error."""
-        self._call('delete metadata %s of server %s' % (key, server_id),
-                   'DELETE', '/servers/%s/metadata/%s' % (
-                       server_id, parse.quote(key, safe='')),
-                   ok=(200, 204, 404))
+        try:
+            self._call('delete metadata %s of server %s' % (key, server_id),
+                       self.nova.servers.delete_meta, server_id,
+                       [parse.quote(key, safe='')])
+        except exceptions.CloudError as exc:
+            if exc.status != 404:
+                raise
 
     def set_server_lock(self, server_id: str, locked: bool,
                         reason: str | None = None) -> None:
         if locked:
-            body = {'lock': {'locked_reason': reason} if reason else None}
+            self._call('lock server %s' % server_id, self.nova.servers.lock,
+                       server_id, reason=reason)
         else:
-            body = {'unlock': None}
-        self._action('%s server %s' % ('lock' if locked else 'unlock',
-                                       server_id), server_id, body)
+            self._call('unlock server %s' % server_id,
+                       self.nova.servers.unlock, server_id)
 
     def stop_server(self, server_id: str) -> None:
-        self._action('stop server %s' % server_id, server_id,
-                     {'os-stop': None})
+        self._call('stop server %s' % server_id, self.nova.servers.stop,
+                   server_id)
 
     def reset_server_state(self, server_id: str, state: str) -> None:
         if state not in ('error', 'active'):
             raise ValueError('reset state must be error or active, not %r'
                              % state)
-        self._action('reset state of server %s to %s' % (server_id, state),
-                     server_id, {'os-resetState': {'state': state}})
+        self._call('reset state of server %s to %s' % (server_id, state),
+                   self.nova.servers.reset_state, server_id, state)
 
     def check(self) -> None:
         """Authenticate and reach Nova once (for start-up and the CLI)."""

@@ -117,13 +117,15 @@ class TestNovaCloudStub(testtools.TestCase):
                          (agg.name, agg.hosts))
         self.assertEqual({'max_unhealthy': '1'}, dict(agg.metadata))
         self.assertEqual({}, dict(snap.images))
+        # Nova's Date header was read (same machine: no skew).
+        self.assertEqual(0.0, snap.clock_skew)
 
     def test_images_through_nova_proxy_carry_properties(self):
         # The test nova has no Glance endpoint, only its in-process fake
         # behind the image proxy: set a property there, read it back.
-        self.cloud.compute.post(
+        self.cloud.image_proxy.post(
             '/images/%s/metadata' % peers.nova_peer.IMAGE_ID,
-            json={'metadata': {'evacuable': 'true'}}, microversion='2.35')
+            json={'metadata': {'evacuable': 'true'}})
         self.assertEqual('nova', self.cloud.image_source())
         self.cloud.api_calls = 0
         snap = self.cloud.snapshot(images=True)

@@ -146,9 +146,8 @@ class TestTagging(testtools.TestCase):
             '[DEFAULT]\nthreshold = 100\n'
             '[tagging]\ntagged_images = true\ntagged_flavors = true\n'
             'tagged_aggregates = true\n'))
-        cloud.compute.post('/images/%s/metadata' % other_image,
-                           json={'metadata': {'evacuable': 'yes'}},
-                           microversion='2.35')
+        cloud.image_proxy.post('/images/%s/metadata' % other_image,
+                               json={'metadata': {'evacuable': 'yes'}})
         peer.create_aggregate('ha', hosts=['host1', 'host3'],
                               metadata={'evacuable': 'true'}, client=nova)
         peer.create_aggregate('noha', hosts=['host2'], client=nova)
