@@ -17,6 +17,7 @@ tests/functional/test_nova_cloud.py.
 """
 
 import datetime
+import socket
 from unittest import mock
 
 import testtools
@@ -88,6 +89,33 @@ class TestConfiguration(testtools.TestCase):
         exc = self.assertRaises(exceptions.ConfigurationError,
                                 nova.NovaCloud, conf)
         self.assertIn('[nova] auth_type', str(exc))
+
+    def test_novaclient_pinned_to_2_94_on_our_session(self):
+        conf = h.make_conf(nova={'auth_type': 'none',
+                                 'endpoint_override': 'http://127.0.0.1:9'})
+        cloud = nova.NovaCloud(conf)
+        self.assertEqual('2.94', cloud.nova.api_version.get_string())
+        self.assertEqual('2.35', cloud.image_proxy.api_version.get_string())
+        # One session (one token) for every client.
+        self.assertIs(cloud.session, cloud.compute.session)
+        self.assertIs(cloud.session, cloud.image_proxy.session)
+        self.assertEqual(['internal', 'public'], cloud.compute.interface)
+
+    def test_unreachable_nova_is_unanswered_not_refused(self):
+        # A bound port nobody listens on refuses connections: no status,
+        # so the engine treats the call as unanswered (it may have been
+        # carried out).
+        sock = socket.socket()
+        self.addCleanup(sock.close)
+        sock.bind(('127.0.0.1', 0))
+        url = 'http://127.0.0.1:%d' % sock.getsockname()[1]
+        conf = h.make_conf(nova={'auth_type': 'none',
+                                 'endpoint_override': url})
+        cloud = nova.NovaCloud(conf)
+        exc = self.assertRaises(exceptions.CloudError, cloud.evacuate, 'x')
+        self.assertIsNone(exc.status)
+        self.assertIn('evacuate server x: cannot connect', str(exc))
+        self.assertEqual(1, cloud.api_calls)
 
 
 class TestClockSkew(testtools.TestCase):
