@@ -24,6 +24,7 @@ import sys
 
 from instanceha.heartbeat import agent as agent_mod
 from instanceha.heartbeat import keys
+from instanceha import version
 
 PROG = 'instanceha-heartbeat-agent'
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='Stop after this many heartbeats (default 0: run forever).')
     parser.add_argument('--debug', action='store_true',
                         help='Log every heartbeat sent.')
+    version.add_argument(parser)
     return parser
 
 

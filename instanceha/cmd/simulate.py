@@ -30,6 +30,7 @@ from instanceha.sim import golden
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import story as sim_story
+from instanceha import version
 
 PROG = 'instanceha-simulate'
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(
@@ -93,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument('--verbose', action='store_true',
                    help='also show the service\'s own log messages '
                         '(on standard error)')
+    version.add_argument(p)
     return p
 
 

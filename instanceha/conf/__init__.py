@@ -95,6 +95,9 @@ def parse_args(argv: list[str], conf: cfg.ConfigOpts = CONF,
     """Register options and logging options, then parse the command line."""
     from oslo_log import log
 
+    from instanceha import version
+
     register_opts(conf)
     log.register_options(conf)
+    kwargs.setdefault('version', version.version_string())
     conf(argv, project='instanceha', **kwargs)
