@@ -223,7 +223,7 @@ class NovaCloud(ports.CloudPort):
         self.session = ks_loading.load_session_from_conf_options(
             conf, 'nova', auth=self._auth)
         # Every answer passes here, whichever novaclient call made it.
-        self.session.session.hooks['response'].append(self._note_date)
+        self.session.session.hooks['response'].append(self._on_response)
         #: novaclient at the pinned microversion (its managers).
         self.nova = self._client(MICROVERSION)
         #: novaclient's HTTP client (a keystoneauth Adapter) for the calls
@@ -257,24 +257,30 @@ class NovaCloud(ports.CloudPort):
 
     # -- plumbing ---------------------------------------------------------
 
-    def _note_date(self, resp, *args, **kwargs) -> None:
-        """Measure our clock against Nova's from its Date header.
+    def _on_response(self, resp, *args, **kwargs) -> None:
+        """Response hook of the session: note Nova's clock.
 
-        A requests response hook on the session: only Nova's answers
-        (they name the compute API version) count. The header has whole
-        seconds (Nova's clock read between sending and now, rounded
-        down): a difference under a second is noise.
+        Every HTTP answer passes here, whichever novaclient call made it;
+        Nova's (they name the compute API version) carry the clock.
         """
         if 'compute' not in resp.headers.get('OpenStack-API-Version', ''):
             return
-        now = time.time()
+        elapsed = getattr(resp, 'elapsed', None)
+        self._note_date(resp, time.time() - (
+            elapsed.total_seconds() if elapsed else 0.0))
+
+    def _note_date(self, resp, sent: float) -> None:
+        """Measure our clock against Nova's from its Date header.
+
+        The header has whole seconds (Nova's clock read between ``sent``
+        and now, rounded down): a difference under a second is noise.
+        """
         try:
             nova = email.utils.parsedate_to_datetime(
                 resp.headers['Date']).timestamp()
-            sent = now - resp.elapsed.total_seconds()
         except (KeyError, TypeError, ValueError, AttributeError):
             return
-        skew = (sent + now) / 2 - (nova + 0.5)
+        skew = (sent + time.time()) / 2 - (nova + 0.5)
         self.clock_skew = round(skew, 1) if abs(skew) >= 1.0 else 0.0
 
     def _where(self) -> str:
