@@ -12,9 +12,13 @@
 
 """instanceha-manage drivers / config: what is installed, what is set."""
 
+import sys
+
 from oslo_config import cfg
 
 from instanceha.plugins import loader
+
+PROG = 'instanceha-manage'
 
 
 def _list_drivers(conf: cfg.ConfigOpts) -> int:
@@ -26,16 +30,27 @@ def _list_drivers(conf: cfg.ConfigOpts) -> int:
 
 
 def _validate_config(conf: cfg.ConfigOpts) -> int:
-    # Options were validated at start-up; loading the drivers runs each
-    # driver's own validate(), and loading the fencing file validates every
-    # host's devices, exactly as the service does before its first cycle.
-    from instanceha.plugins.fencing import topology
+    # The checks the service runs before its first cycle (preflight),
+    # all of them, so that one run names every problem.
+    from instanceha.plugins.fencing import config
+    from instanceha import preflight
 
+    strict = conf.command.validate_strict
+    findings = preflight.run(conf)
+    failed = False
+    for finding in findings:
+        error = finding.level == preflight.ERROR or strict
+        failed = failed or error
+        print('%s: %s: %s' % (PROG, 'error' if error else 'warning',
+                              finding.message), file=sys.stderr)
+    if failed:
+        return 2
     loaded = loader.load_configured(conf)
-    fencing = topology.Topology.from_conf(conf)
-    print('configuration OK: drivers %s; fencing file %s with %d host(s)'
-          % (', '.join(drv.name for drv in loaded.all()), fencing.file.path,
-             len(fencing.file.hosts)))
+    fencing = config.load(conf)
+    print('configuration OK%s: drivers %s; fencing file %s with %d host(s)'
+          % (' (%d warning(s))' % len(findings) if findings else '',
+             ', '.join(drv.name for drv in loaded.all()), fencing.path,
+             len(fencing.hosts)))
     return 0
 
 
@@ -46,5 +61,12 @@ def add_parsers(subparsers) -> None:
                    ).set_defaults(func=_list_drivers)
     config = subparsers.add_parser('config', help='configuration checks')
     sub = config.add_subparsers(dest='action', required=True)
-    sub.add_parser('validate', help='check options and load every '
-                   'configured driver').set_defaults(func=_validate_config)
+    validate = sub.add_parser(
+        'validate', help='run the checks of the service\'s start-up: '
+        'options, [nova] credentials (not used), coordination backend, '
+        'drivers, fencing file, unknown options; exit 2 on an error')
+    validate.add_argument('--strict', action='store_true',
+                          dest='validate_strict',
+                          help='treat warnings (unknown options, secrets '
+                               'kept unsafely) as errors')
+    validate.set_defaults(func=_validate_config)

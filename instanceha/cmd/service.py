@@ -18,6 +18,7 @@ from oslo_config import cfg
 
 from instanceha.cmd import common
 from instanceha.plugins import loader
+from instanceha import preflight
 
 PROG = 'instanceha-service'
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         common.setup(PROG, argv, conf)
+        # The checks config validate runs: what it accepts, we start with.
+        preflight.check_startup(conf)
         drivers = loader.load_configured(conf)
         from instanceha import service
         return service.run(conf, drivers)

@@ -97,6 +97,9 @@ class FencingFile:
     hosts: dict[str, HostEntry]
     #: Hosts whose entry is broken, with the reason (lenient loading).
     errors: dict[str, str]
+    #: Accepted but unsafe: secrets written in the file or kept in files
+    #: others can read (``config validate`` prints them).
+    warnings: list[str] = dataclasses.field(default_factory=list)
     #: Every Nova compute host name seen so far (None: not known yet).
     #: Names are only ever added: a host whose service record was deleted
     #: still makes a short key ambiguous, since its machine still exists.
@@ -233,6 +236,7 @@ class _Builder:
         self.path = path
         self.base_dir = os.path.dirname(os.path.abspath(path))
         self.templates = templates
+        self.warnings: list[str] = []
 
     def fail(self, where: str, message: str) -> None:
         exc = exceptions.ConfigurationError(
@@ -310,6 +314,12 @@ class _Builder:
                       params: dict[str, Any]) -> None:
         for key, param in cls.PARAMS.items():
             fkey = key + '_file'
+            if (param.secret and fkey not in params
+                    and params.get(key) not in (None, '')):
+                self.warnings.append(
+                    'fencing file %s: %s: secret %r is written in the file; '
+                    'put it in a file of mode 0600 named by %r'
+                    % (self.path, where, key, fkey))
             if not param.secret or fkey not in params:
                 continue
             if params.get(key) not in (None, ''):
@@ -320,9 +330,15 @@ class _Builder:
             try:
                 with open(fname) as f:
                     value = f.read()
+                    mode = os.fstat(f.fileno()).st_mode
             except OSError as exc:
                 self.fail(where, '%s %s: cannot read: %s'
                           % (fkey, fname, exc.strerror or exc))
+            if mode & 0o077:
+                self.warnings.append(
+                    'fencing file %s: %s: secret file %s (%s) is readable by '
+                    'group or others (mode %04o); chmod 600 it'
+                    % (self.path, where, fname, fkey, mode & 0o7777))
             value = value[:-1] if value.endswith('\n') else value
             value = value[:-1] if value.endswith('\r') else value
             if not value:
@@ -359,7 +375,8 @@ def load(conf: cfg.ConfigOpts, path: str | None = None, *,
                 'or "levels"' % (path, name))
     builder = _Builder(conf, path, templates,
                        devices or devices_mod.DeviceFactory())
-    result = FencingFile(path=path, hosts={}, errors={})
+    result = FencingFile(path=path, hosts={}, errors={},
+                         warnings=builder.warnings)
     hosts = {str(k): v for k, v in (data.get('hosts') or {}).items()}
     if only is not None:
         wanted = match_host(only, list(hosts), path)
