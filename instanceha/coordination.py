@@ -196,6 +196,37 @@ class ToozCoordinator(ports.Coordinator):
             wanted['timeout'] = str(call_timeout)
         return {k: v for k, v in wanted.items() if k not in given}
 
+    def probe(self) -> None:
+        """Connect, make one call, disconnect: is the backend usable?
+
+        For ``instanceha-status``: never joins the group nor competes
+        for leadership, so a check cannot take the lead from a service.
+
+        :raises CoordinationError: naming the backend (without its
+            password) and what failed.
+        """
+        from tooz import coordination as tooz_coordination
+
+        driver = None
+        try:
+            driver = tooz_coordination.get_coordinator(
+                self._url, ('%s-probe' % self.member_id).encode(),
+                **self._options())
+            if self._scheme == 'redis':
+                _no_redis_retries(driver)
+            driver.start(start_heart=False)
+            driver.get_groups().get(timeout=self.lease_time)
+        except Exception as exc:  # noqa: any driver, any client library
+            raise exceptions.CoordinationError(
+                'coordination backend %s: %s'
+                % (self._redacted, _describe(exc))) from None
+        finally:
+            if driver is not None:
+                try:
+                    driver.stop()
+                except Exception:  # noqa: best effort on the way out
+                    pass
+
     def start(self) -> None:
         """Connect (in the background) and start competing for leadership.
 

@@ -676,3 +676,17 @@ class NovaCloud(ports.CloudPort):
     def check(self) -> None:
         """Authenticate and reach Nova once (for start-up and the CLI)."""
         self.list_services()
+
+    def microversions(self) -> tuple[str, str]:
+        """(lowest, highest) compute API microversion this Nova offers."""
+        body = self._get('read the compute API version', '/')
+        version = body.get('version') or {}
+        return (str(version.get('min_version') or '2.1'),
+                str(version.get('version') or '2.1'))
+
+
+def offers(low: str, high: str, wanted: str) -> bool:
+    """Is microversion ``wanted`` within [low, high]?"""
+    want = api_versions.APIVersion(wanted)
+    return (api_versions.APIVersion(low) <= want
+            <= api_versions.APIVersion(high))
