@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     'instanceha.cmd.manage_fencing',
     'instanceha.cmd.manage_heartbeat',
     'instanceha.cmd.manage_hosts',
+    'instanceha.cmd.manage_import',
     'instanceha.cmd.manage_maintenance',
     'instanceha.cmd.manage_plan',
 ]
@@ -64,7 +65,10 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = hoist_global_options(sys.argv[1:] if argv is None else argv)
+    from instanceha.cmd import manage_import
+
+    argv = hoist_global_options(manage_import.rename_options(
+        sys.argv[1:] if argv is None else argv))
     conf = cfg.CONF
     conf.register_cli_opt(cfg.SubCommandOpt(
         'command', title='commands', handler=_add_parsers,
