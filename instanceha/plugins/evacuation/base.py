@@ -208,11 +208,21 @@ class EvacuationJob:
     def _emit(self, env, event, **details):
         env.events.emit(event, self.host, **details)
 
-    def _records(self, env) -> dict[str, list[model.Migration]]:
+    def _records(self, env, snapshot: model.Snapshot | None = None
+                 ) -> dict[str, list[model.Migration]]:
         out: dict[str, list[model.Migration]] = {}
+        # Nova writes created_at on its own clock.
+        since = (snapshot.nova_now(self.since)
+                 if snapshot is not None and self.since is not None
+                 else self.since)
         for mig in env.cloud.migrations(source_host=self.host,
                                         since=self.since):
             if mig.migration_type not in ('evacuation', None):
+                continue
+            if (since is not None and mig.created_at is not None
+                    and mig.created_at < since):
+                # Made in an earlier failure of this host and updated
+                # since (its host's boot completes them): not ours now.
                 continue
             out.setdefault(mig.server_id, []).append(mig)
         for recs in out.values():
@@ -420,9 +430,12 @@ class EvacuationJob:
         else:
             reason = ('rebuild ended %s before Nova chose a destination'
                       % rec.status)
-        self._failed_attempt(env, task, rec.dest_host, reason, snapshot,
-                             events.EVACUATE_FAILED, dest=rec.dest_host,
-                             reason=reason)
+        # A record without a destination ("No valid host") failed on the
+        # host we asked for, if we asked for one (a full spare): it counts
+        # against that host, so that the next attempts go elsewhere (R17).
+        self._failed_attempt(env, task, rec.dest_host or task.target,
+                             reason, snapshot, events.EVACUATE_FAILED,
+                             dest=rec.dest_host, reason=reason)
 
     def _start(self, env, task: InstanceTask, snapshot) -> None:
         if (self.strategy.lock_instances and not task.locked_by_us and
@@ -520,7 +533,7 @@ class EvacuationJob:
         records = None
         budget = ctx.budget
         if not self._classified:
-            records = self._records(env)
+            records = self._records(env, ctx.snapshot)
             self._classify(env, records)
             if self.strategy.tracks:
                 # Rebuilds found running (a resumed job) count against the
@@ -535,7 +548,7 @@ class EvacuationJob:
         unanswered = [t for t in self._sorted() if t.unanswered]
         if watching or unanswered:
             if records is None:
-                records = self._records(env)
+                records = self._records(env, ctx.snapshot)
             for task in watching:
                 self._check(env, task, records, ctx.snapshot)
             for task in unanswered:
