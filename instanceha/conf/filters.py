@@ -34,7 +34,7 @@ OPTS = [
     cfg.ListOpt('skip_instance_names', default=[],
                 help='skip-by-name filter: instances whose name matches one '
                      'of these shell globs (fnmatch, case-sensitive, e.g. '
-                     '"test-*") are never evacuated.'),
+                     '``test-*``) are never evacuated.'),
     cfg.ListOpt('skip_host_names', default=[],
                 help='skip-by-name filter: compute hosts whose name matches '
                      'one of these shell globs (fnmatch, case-sensitive) are '
