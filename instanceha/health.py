@@ -438,6 +438,47 @@ class _LiveCollector:
         yield from _listener_metrics(mon.listeners)
 
 
+class PauseCollector:
+    """The operator's pause, read from the backend at scrape time.
+
+    Every copy reports it (not only the leader), so an alert needs no
+    ``max()``: ``instanceha_paused`` (1 while in force), and the start
+    and end of the stored pause as Unix times (no end: no sample).
+    """
+
+    def __init__(self, source: ports.PauseSource,
+                 now: Callable[[], float] = time.time):
+        self.source = source
+        self._now = now
+
+    def collect(self) -> Iterable[prom_core.Metric]:
+        import datetime
+
+        try:
+            pause = self.source.current()
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('metrics: cannot read the pause: %s', exc)
+            return
+        now = datetime.datetime.fromtimestamp(self._now(),
+                                              datetime.timezone.utc)
+        active = pause is not None and not pause.expired(now)
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_paused', 'Whether an operator paused instance HA '
+            '(instanceha-manage pause): nothing new is fenced or evacuated.',
+            value=1 if active else 0)
+        if pause is None:
+            return
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_pause_start_timestamp_seconds',
+            'When the stored pause began (Unix time).',
+            value=pause.since.timestamp())
+        if pause.until is not None:
+            yield prom_core.GaugeMetricFamily(
+                'instanceha_pause_end_timestamp_seconds',
+                'When the stored pause ends by itself (Unix time).',
+                value=pause.until.timestamp())
+
+
 def _listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
     """Packets the heartbeat and kdump listeners accepted and rejected.
 
@@ -567,6 +608,8 @@ def attach(service) -> Callable[[], None]:
     service.events.add(MetricsEventSink(metrics, monitor))
     service.observers.append(monitor)
     service.health = monitor
+    if getattr(service.env, 'pause', None) is not None:
+        metrics.registry.register(PauseCollector(service.env.pause))
     if not conf.health.enabled:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '
                  'false)')

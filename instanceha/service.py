@@ -82,6 +82,16 @@ def make_kdump(conf, drivers) -> ports.KdumpWatch | None:
     return watch
 
 
+def make_pause(conf) -> ports.PauseSource | None:
+    """The operator's pause, kept in the coordination backend."""
+    from instanceha import pause_store
+    try:
+        return pause_store.from_conf(conf)
+    except exceptions.ConfigurationError as exc:
+        LOG.warning('%s; this service cannot be paused', exc)
+        return None
+
+
 @dataclasses.dataclass
 class Service:
     """What :func:`build` made; tests and the health endpoint look at it."""
@@ -101,7 +111,7 @@ class Service:
 
 
 def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
-          event_sink=None, clock=None) -> Service:
+          event_sink=None, clock=None, pause=None) -> Service:
     """Build the production environment and engine (parts replaceable).
 
     :param event_sink: the first reader of the engine's events (default:
@@ -119,7 +129,8 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
         events=fan_out,
         executor=executor,
         kdump=make_kdump(conf, drivers),
-        listeners=make_listeners())
+        listeners=make_listeners(),
+        pause=pause or make_pause(conf))
     for det in drivers.detectors:
         det.listeners = env.listeners
     engine = recovery.Engine(conf, drivers, env)

@@ -56,11 +56,21 @@ Names (``host`` is set on all but the cycle-level ones):
 ``recovery_held``         every poll while ``[DEFAULT] disabled = true``
                           for a failed host that would be recovered
                           (``note``, ``reason``) or a recovery held where
-                          it stopped (``note``, ``state``)
+                          it stopped (``note``, ``state``); every poll
+                          while paused for a failed host that would be
+                          recovered (``note``, ``reason``, ``pause``)
 ``up_overdue``            every poll once a host has waited longer than
                           ``[DEFAULT] up_timeout`` to come back up:
                           ``waited`` (s), ``forced_down_cleared``,
                           ``check`` (what to look at)
+``paused``                once when the leader first sees an operator's
+                          pause (``instanceha-manage pause``): ``reason``,
+                          ``until`` (or ``indefinite``), ``by``
+``resumed``               once when the pause is lifted by an operator
+                          (``instanceha-manage resume``): ``reason``
+``pause_expired``         once when a pause's end has passed and it no
+                          longer holds anything: ``reason``, ``since``,
+                          ``until``
 ``not_leader``            once when this copy loses leadership
 ``leader``                once when it (re)gains it
 ``plan_blocked``          ``by``: gates that blocked the whole plan (a
@@ -113,6 +123,9 @@ PLAN_BLOCKED = 'plan_blocked'
 PLAN_UNBLOCKED = 'plan_unblocked'
 STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
+PAUSED = 'paused'
+RESUMED = 'resumed'
+PAUSE_EXPIRED = 'pause_expired'
 POWER_UNPROVEN = 'power_unproven'
 
 #: Events that mean something went wrong (logged as warnings).
@@ -120,7 +133,7 @@ WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_UNANSWERED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
                       NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR, PLAN_BLOCKED,
-                      RECOVERY_HELD, UP_OVERDUE, POWER_UNPROVEN})
+                      RECOVERY_HELD, UP_OVERDUE, PAUSED, POWER_UNPROVEN})
 
 
 def _value(v) -> str:

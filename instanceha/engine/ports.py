@@ -291,6 +291,20 @@ class ListenerFactory(abc.ABC):
         """A fence_kdump listener, not yet started (``start()``)."""
 
 
+class PauseSource(abc.ABC):
+    """Where the engine reads an operator's pause (the shared backend)."""
+
+    @abc.abstractmethod
+    def current(self):
+        """The stored :class:`instanceha.engine.pause.Pause` or None.
+
+        Expired or not (the engine judges by its clock).
+
+        :raises instanceha.exceptions.InstanceHAError: when it cannot be
+            read now.
+        """
+
+
 # -- the leadership guard ----------------------------------------------------
 
 #: Below this many seconds of proven leadership no side effect starts.
@@ -485,6 +499,8 @@ class Environment:
     #: Built from the coordinator; the cloud and fencer given are wrapped
     #: so that every side effect passes it (nothing can forget it).
     guard: LeaderGuard | None = None
+    #: Where an operator's pause is read (None: instance HA never paused).
+    pause: PauseSource | None = None
 
     def __post_init__(self) -> None:
         if self.guard is None:

@@ -57,6 +57,7 @@ from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import pause as pause_mod
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha.engine import states
@@ -201,6 +202,7 @@ class Engine:
         #: The latest cycle read Nova (its plan is current).
         self._fresh = False
         self._stopping = False
+        self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
         self.plan = None
         self.cycles = 0
@@ -456,6 +458,8 @@ class Engine:
         # planner knows they were started already (per-cycle cap).
         recovering = {h: wf.state for h, wf in self._workflows.items()}
         plan = self._plan(snapshot, now, recovering)
+        if not self.conf.disabled:  # an operator's pause holds new work
+            plan = self.pause.apply(plan)
         self.plan = plan
         self._log_plan(plan, blocks=not self.conf.disabled)
         self._report_block(plan.blocked_by if not self.conf.disabled

@@ -27,6 +27,7 @@ runs in milliseconds and every run is identical.
 
 from collections.abc import Callable
 import dataclasses
+import datetime
 import importlib
 import os
 import time as _time
@@ -34,6 +35,7 @@ import time as _time
 from oslo_config import cfg
 
 from instanceha import conf as ha_conf
+from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha import maintenance
@@ -137,6 +139,16 @@ class Copy:
         return self.engine is not None
 
 
+class SimPauseStore(ports.PauseSource):
+    """The pause as the coordination backend keeps it, shared by copies."""
+
+    def __init__(self):
+        self.pause: pause_mod.Pause | None = None
+
+    def current(self) -> pause_mod.Pause | None:
+        return self.pause
+
+
 class Simulation:
     """One run of one scenario."""
 
@@ -172,6 +184,8 @@ class Simulation:
         #: acting as nobody's copy of the service.
         self.operator = sim_executor.SimExecutor(
             self.clock, on_start=lambda: setattr(self.world, 'actor', None))
+        #: The pause every copy reads (the coordination backend's).
+        self.pause_store = SimPauseStore()
 
     # --- copies of the service -----------------------------------------
 
@@ -234,7 +248,8 @@ class Simulation:
             fencer=self._fencer_factory(conf, clock),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
-            executor=copy.executor, kdump=kdump, listeners=listeners)
+            executor=copy.executor, kdump=kdump, listeners=listeners,
+            pause=self.pause_store)
         self.world.actor = name
         factory = self._engine_factory or engine_class()
         try:
@@ -454,10 +469,34 @@ class Simulation:
                     'number of seconds' % (where, a[1]))
             host = None
             details['skew'] = w.clock_skew
+        elif name == 'pause':
+            need(1)
+            host, details = None, self._pause(where, a)
+        elif name == 'resume':
+            host = None
+            self.pause_store.pause = None
         elif name == 'end':
             self.end = cmd.t
             return
         self.log.record('timeline', name, host, **details)
+
+    def _pause(self, where: str, a: tuple) -> dict:
+        """An operator's pause, stored where every copy reads it."""
+        now = self.clock.now()
+        if a[0] == 'indefinite':
+            until = None
+        else:
+            try:
+                until = now + datetime.timedelta(seconds=float(a[0]))
+            except ValueError:
+                raise sim_world.ScenarioError(
+                    '%s: expected SECONDS or "indefinite", got %r'
+                    % (where, a[0])) from None
+        reason = ' '.join(a[1:]) or 'maintenance'
+        self.pause_store.pause = pause_mod.Pause(
+            reason=reason, since=now, until=until, by='operator')
+        return {'reason': reason,
+                'until': 'for %s s' % a[0] if until else 'no end'}
 
     def _nova(self, where: str, a: tuple) -> tuple[str | None, dict]:
         """Apply a ``nova`` timeline command (Nova API faults)."""

@@ -88,6 +88,11 @@ COMMANDS = {
                     'simulated Nova'),
     'set': ('[GROUP.]OPTION VALUE', 'change an option of every copy (the '
             'copies are restarted to read it, like a config reload)'),
+    'pause': ('SECONDS|indefinite [REASON...]', 'an operator pauses '
+              'instance HA for SECONDS (or with no end), as '
+              '"instanceha-manage pause" does: shared by every copy'),
+    'resume': ('', 'an operator lifts the pause ("instanceha-manage '
+               'resume")'),
     'end': ('', 'stop the simulation here'),
 }
 

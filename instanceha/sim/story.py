@@ -50,6 +50,8 @@ _COMMANDS = {
                          '(options: {options})',
     'maintenance-end': 'an operator ends maintenance of {host} (options: '
                        '{options})',
+    'pause': 'an operator pauses instance HA ({until}): {reason}',
+    'resume': 'an operator resumes instance HA',
     'service-crash': 'instanceha ({copy}) crashes',
     'service-restart': 'instanceha ({copy}) is restarted',
     'service-stop': 'instanceha ({copy}) is stopped',
@@ -304,6 +306,14 @@ class Story:
             return '%s is still FAILED; waiting for an operator' % host
         if e == 'not_leader':
             return 'this copy is not the leader; it only watches'
+        if e == 'paused':
+            return ('instance HA is paused (%s): still watching and '
+                    'planning, but nothing new is fenced or evacuated'
+                    % d.get('reason'))
+        if e in ('resumed', 'pause_expired'):
+            return 'instance HA is no longer paused (%s)' % (
+                'lifted by an operator' if e == 'resumed'
+                else 'its end has passed')
         if e == 'evacuate_skipped':
             return ('  %s stays on %s: Nova cannot evacuate an instance '
                     'that is %s' % (d['server'], host, d.get('status')))

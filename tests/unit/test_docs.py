@@ -17,17 +17,20 @@ The state diagram is generated from ``states.TRANSITIONS``; options,
 """
 
 import argparse
+import datetime
 import glob
 import importlib
 import importlib.util
 import os
 import re
+import types
 
 import testtools
 
 from instanceha.cmd import manage
 from instanceha import conf as ha_conf
 from instanceha import coordination
+from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha import health
@@ -168,6 +171,10 @@ class TestNamesInDocs(testtools.TestCase):
         monitor = health.Monitor(metrics, stuck_after=60,
                                  coordinator=_Coordinator())
         monitor.listeners = [_Listener()]
+        pause = types.SimpleNamespace(current=lambda: pause_mod.Pause(
+            reason='r', since=datetime.datetime.now(datetime.timezone.utc),
+            until=datetime.datetime.now(datetime.timezone.utc)))
+        metrics.registry.register(health.PauseCollector(pause))
         text = metrics.render().decode()
         families = set(re.findall(r'^# TYPE (\S+) ', text, re.M))
         with open(os.path.join(DOC, 'operations.md')) as f:

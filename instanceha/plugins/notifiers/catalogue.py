@@ -120,6 +120,10 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
     ev.SNAPSHOT_FAILED: ('instanceha.service.nova.error', base.WARN,
                          SERVICE),
     ev.SHUTDOWN: ('instanceha.service.shutdown', base.INFO, SERVICE),
+    ev.PAUSED: ('instanceha.service.paused', base.WARN, SERVICE),
+    ev.RESUMED: ('instanceha.service.resumed', base.INFO, SERVICE),
+    ev.PAUSE_EXPIRED: ('instanceha.service.pause.expired', base.INFO,
+                       SERVICE),
 }
 
 #: Failed evacuations with no retry ahead are errors, not warnings.
