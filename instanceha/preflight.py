@@ -70,8 +70,12 @@ def _coordination(conf: cfg.ConfigOpts) -> list[Finding]:
 def _drivers(conf: cfg.ConfigOpts) -> list[Finding]:
     """Every configured driver name resolves and accepts its options."""
     from instanceha.plugins import loader
+    from instanceha.plugins.notifiers import dispatcher
 
     loader.load_configured(conf)
+    # Also registers oslo.messaging's options when the messaging notifier
+    # is configured (before unknown options are looked for).
+    dispatcher.from_conf(conf)
     return []
 
 

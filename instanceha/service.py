@@ -56,6 +56,12 @@ def make_fencer(conf, clock: ports.Clock | None = None) -> ports.Fencer:
     return topology.Topology.from_conf(conf, clock=clock)
 
 
+def make_notifications(conf):
+    """The notifier dispatcher: a thread and queue per remote driver."""
+    from instanceha.plugins.notifiers import dispatcher
+    return dispatcher.from_conf(conf)
+
+
 def make_listeners() -> ports.ListenerFactory:
     """UDP sockets, for the detectors that listen to the hosts."""
     from instanceha.heartbeat import listener
@@ -108,6 +114,9 @@ class Service:
         default_factory=list)
     #: The health monitor, once :func:`instanceha.health.attach` ran.
     health: object | None = None
+    #: The notifier dispatcher (``[notifications] drivers``) when build()
+    #: chose the engine's first reader itself.
+    notifications: object | None = None
 
 
 def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
@@ -115,12 +124,13 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
     """Build the production environment and engine (parts replaceable).
 
     :param event_sink: the first reader of the engine's events (default:
-        the log); more are added with ``service.events.add()``.
+        the notifiers of ``[notifications] drivers``, by default the log);
+        more are added with ``service.events.add()``.
     """
+    notifications = None if event_sink else make_notifications(conf)
     executor = executor_mod.ThreadPoolExecutor(conf.workers)
     clock = clock or clock_mod.SystemClock()
-    fan_out = events_mod.FanOutEventSink(
-        event_sink or events_mod.LogEventSink())
+    fan_out = events_mod.FanOutEventSink(event_sink or notifications)
     env = ports.Environment(
         cloud=cloud or make_cloud(conf),
         clock=clock,
@@ -135,7 +145,8 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
         det.listeners = env.listeners
     engine = recovery.Engine(conf, drivers, env)
     return Service(engine=engine, env=env, executor=executor,
-                   stop=threading.Event(), events=fan_out)
+                   stop=threading.Event(), events=fan_out,
+                   notifications=notifications)
 
 
 def _start(obj) -> None:
@@ -176,9 +187,15 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
             stoppers.append((_stopper(drv), 'driver %s' % drv.name))
         _start(service.env.coordinator)
         stoppers.append((_stopper(service.env.coordinator), 'coordination'))
+        if service.notifications is not None:
+            service.notifications.start()
+            stoppers.append((service.notifications.stop, 'notifications'))
         if with_health:
             from instanceha import health
             stoppers.append((health.attach(service), 'health'))
+            if service.notifications is not None:
+                service.health.metrics.registry.register(
+                    service.notifications)
         LOG.info('instanceha-service running: poll every %d s, %d worker(s)',
                  conf.poll, conf.workers)
         loop(service, conf)

@@ -33,6 +33,7 @@ def _validate_config(conf: cfg.ConfigOpts) -> int:
     # The checks the service runs before its first cycle (preflight),
     # all of them, so that one run names every problem.
     from instanceha.plugins.fencing import config
+    from instanceha.plugins.notifiers import dispatcher
     from instanceha import preflight
 
     strict = conf.command.validate_strict
@@ -46,10 +47,13 @@ def _validate_config(conf: cfg.ConfigOpts) -> int:
     if failed:
         return 2
     loaded = loader.load_configured(conf)
+    notifiers = dispatcher.from_conf(conf).drivers
     fencing = config.load(conf)
-    print('configuration OK%s: drivers %s; fencing file %s with %d host(s)'
+    print('configuration OK%s: drivers %s; notifiers %s; fencing file %s '
+          'with %d host(s)'
           % (' (%d warning(s))' % len(findings) if findings else '',
-             ', '.join(drv.name for drv in loaded.all()), fencing.path,
+             ', '.join(drv.name for drv in loaded.all()),
+             ', '.join(n.name for n in notifiers) or 'none', fencing.path,
              len(fencing.hosts)))
     return 0
 

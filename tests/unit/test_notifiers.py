@@ -221,3 +221,26 @@ class TestLogDriver(testtools.TestCase):
                   dest='compute-2', status='ACTIVE')
         self.assertEqual('evacuate_done compute-1 dest=compute-2 '
                          'server=vm-1 status=ACTIVE\n', logs.output)
+
+
+class TestWiring(testtools.TestCase):
+    """The service's first event reader is the notifier dispatcher."""
+
+    def test_build_puts_the_configured_notifiers_first(self):
+        from instanceha import service as service_mod
+        from tests.unit import test_recovery_fakes as fakes
+
+        rig = fakes.Rig()
+        service = service_mod.build(rig.conf, rig.drivers, cloud=rig.cloud,
+                                    fencer=rig.fencer,
+                                    coordinator=rig.coordinator,
+                                    clock=rig.clock)
+        self.addCleanup(service.executor.shutdown, wait=False)
+        self.assertIsInstance(service.notifications, dispatcher.Dispatcher)
+        self.assertEqual([service.notifications], service.events.sinks)
+        self.assertEqual(['log'], [d.name for d in
+                                   service.notifications.drivers])
+        logs = self.useFixture(fixtures.FakeLogger(
+            name='instanceha.events', level=logging.INFO))
+        service.env.events.emit(events.LEADER)
+        self.assertEqual('leader\n', logs.output)
