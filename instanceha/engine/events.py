@@ -18,6 +18,10 @@ may count them. So names and fields are part of the contract: values are
 plain (str, int, bool, None, or tuples of those), never wall-clock times,
 and :func:`format_event` prints them in a deterministic order.
 
+Every event about a host in recovery also carries ``recovery_id``: the
+id of that recovery (a UUID, also in the Nova marker as ``rid=``), the
+same in every log line and notification of it.
+
 Names (``host`` is set on all but the cycle-level ones):
 
 ========================  =================================================
@@ -91,6 +95,7 @@ Names (``host`` is set on all but the cycle-level ones):
 ========================  =================================================
 """
 
+from collections.abc import Callable
 import logging
 import threading
 
@@ -145,11 +150,16 @@ def _value(v) -> str:
 
 
 def format_event(event: str, host: str | None = None, **details) -> str:
-    """event host key=value ... with keys sorted: one stable line."""
+    """event host key=value ... with keys sorted: one stable line.
+
+    ``recovery_id`` comes last: the line reads the same as before with the
+    id appended (``grep`` for it finds the whole recovery).
+    """
     parts = [event]
     if host:
         parts.append(host)
-    parts.extend('%s=%s' % (k, _value(details[k])) for k in sorted(details))
+    keys = sorted(details, key=lambda k: (k == 'recovery_id', k))
+    parts.extend('%s=%s' % (k, _value(details[k])) for k in keys)
     return ' '.join(parts)
 
 
@@ -176,14 +186,44 @@ class RecordingEventSink(ports.EventSink):
             self.events.append((event, host, dict(details)))
 
     def lines(self) -> list[str]:
+        """The log lines, without the random ``recovery_id`` (named())."""
         with self._lock:
-            return [format_event(e, h, **d) for e, h, d in self.events]
+            return [format_event(e, h, **{k: v for k, v in d.items()
+                                          if k != 'recovery_id'})
+                    for e, h, d in self.events]
 
     def named(self, event: str, host: str | None = None) -> list[dict]:
-        """Details of every event (for host if given)."""
+        """Details of every event (for host if given), without the id."""
         with self._lock:
-            return [d for e, h, d in self.events
+            return [{k: v for k, v in d.items() if k != 'recovery_id'}
+                    for e, h, d in self.events
                     if e == event and (host is None or h == host)]
+
+    def recovery_ids(self, host: str | None = None) -> list[str | None]:
+        """The recovery id of every event (for host if given), in order."""
+        with self._lock:
+            return [d.get('recovery_id') for _e, h, d in self.events
+                    if host is None or h == host]
+
+
+class RecoveryIdSink(ports.EventSink):
+    """Adds ``recovery_id`` to every event about a host in recovery.
+
+    The engine wraps its sink in one, so that its own events and its
+    evacuation jobs' carry the id of the recovery they belong to.
+    """
+
+    def __init__(self, inner: ports.EventSink,
+                 lookup: Callable[[str], str | None]):
+        self.inner = inner
+        self.lookup = lookup
+
+    def emit(self, event: str, host: str | None = None, **details) -> None:
+        if host and 'recovery_id' not in details:
+            rid = self.lookup(host)
+            if rid:
+                details['recovery_id'] = rid
+        self.inner.emit(event, host, **details)
 
 
 class FanOutEventSink(ports.EventSink):

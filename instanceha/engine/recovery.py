@@ -52,6 +52,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import logging
+import uuid
 
 from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import events
@@ -132,6 +133,11 @@ def operators_reason(svc: model.Service | None) -> str | None:
     return 'disabled without a reason'
 
 
+def new_recovery_id() -> str:
+    """A fresh recovery id (a UUID: unique across copies and restarts)."""
+    return str(uuid.uuid4())
+
+
 def operator_action(host: str) -> str:
     """What an operator must do about a FAILED host (seed step 11)."""
     return ('check the instances of %s listed in the log, evacuate or fix '
@@ -173,6 +179,10 @@ class HostWorkflow:
     up_after: datetime.datetime | None = None
     #: Steps in a row that raised (their retry backs off).
     step_errors: int = 0
+    #: This recovery's id: in every event of it (``recovery_id``), every
+    #: notification and the Nova marker (``rid=``), so a resumed copy
+    #: goes on with the same one.
+    recovery: str = ''
     #: Monotonic time the host was last proven off (None: never by this
     #: copy; an adopted marker is a claim, not a proof).
     proven_at: float | None = None
@@ -191,7 +201,10 @@ class Engine:
         """
         self.conf = conf
         self.drivers = drivers
-        self.env = env
+        # Every event about a host in recovery, the evacuation jobs' too,
+        # carries that recovery's id.
+        self.env = dataclasses.replace(env, events=events.RecoveryIdSink(
+            env.events, self.recovery_id))
         self._planner = planner
         self._workflows: dict[str, HostWorkflow] = {}
         #: Jobs of hosts that moved on while rebuilds still run
@@ -214,6 +227,11 @@ class Engine:
     def host_states(self) -> dict[str, HostState]:
         """Every host in a workflow and its state, sorted by host."""
         return {h: self._workflows[h].state for h in sorted(self._workflows)}
+
+    def recovery_id(self, host: str) -> str | None:
+        """The id of ``host``'s recovery, None when it is in none."""
+        wf = self._workflows.get(host) or self._aftercare.get(host)
+        return (wf.recovery or None) if wf is not None else None
 
     def workflows(self) -> dict[str, HostWorkflow]:
         return dict(self._workflows)
@@ -472,7 +490,8 @@ class Engine:
             if host not in self._workflows:
                 self._workflows[host] = HostWorkflow(
                     host=host, state=S.HEALTHY, entered=now, detected=now,
-                    servers=tuple(to_recover[host].servers))
+                    servers=tuple(to_recover[host].servers),
+                    recovery=new_recovery_id())
                 self._transition(self._workflows[host], S.SUSPECT,
                                  reason='; '.join(to_recover[host].reasons))
         for host in sorted(self._workflows):
@@ -609,7 +628,8 @@ class Engine:
                               servers=tuple(snapshot.servers_on(svc.host)),
                               spare=parsed.spare, kdump=parsed.kdump,
                               since=(parsed.fenced_at or when) -
-                              MIGRATION_SLACK)
+                              MIGRATION_SLACK,
+                              recovery=parsed.recovery or new_recovery_id())
             if wf.spare:
                 self.drivers.reservation.adopt(svc.host, wf.spare)
             self._workflows[svc.host] = wf
@@ -797,11 +817,13 @@ class Engine:
         if state is S.FAILED:
             # An operator's note only (the workflow ends here).
             return marker_mod.Marker(state=state, when=self.env.clock.now(),
+                                     recovery=wf.recovery or None,
                                      note=note[:200])
         return marker_mod.Marker(
             state=state, when=self.env.clock.now(),
             fenced_at=(wf.since + MIGRATION_SLACK) if wf.since else None,
-            spare=wf.spare, kdump=wf.kdump, note=note)
+            spare=wf.spare, kdump=wf.kdump, recovery=wf.recovery or None,
+            note=note)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
         """Force down + disable with a marker (R10), then claim a spare."""
