@@ -74,6 +74,9 @@ S = HostState
 #: older than the fence time still count as ours.
 MIGRATION_SLACK = datetime.timedelta(seconds=120)
 
+#: "The workflow's own" (a marker argument left as it is).
+_SAME = object()
+
 #: States that hold one of the ``workers`` recovery slots.
 BUSY_STATES = frozenset({S.FENCING, S.FENCED, S.EVACUATING, S.EVACUATED,
                          S.POWERING_ON, S.ENABLING})
@@ -183,6 +186,8 @@ class HostWorkflow:
     #: notification and the Nova marker (``rid=``), so a resumed copy
     #: goes on with the same one.
     recovery: str = ''
+    #: The spare (if any) was enabled by this copy.
+    spare_enabled: bool = False
     #: Monotonic time the host was last proven off (None: never by this
     #: copy; an adopted marker is a claim, not a proof).
     proven_at: float | None = None
@@ -384,13 +389,13 @@ class Engine:
         return svc
 
     def _mark(self, wf: HostWorkflow, state: HostState, note: str = '',
-              **changes) -> None:
+              *, spare=_SAME, **changes) -> None:
         """Write our marker (and other changes) to the host's service."""
         if not self.env.coordinator.is_leader():
             raise exceptions.CoordinationError(
                 'not the leader: %s left unchanged' % wf.host)
         svc = self._ours(wf)
-        reason = self._marker(wf, state, note).render()
+        reason = self._marker(wf, state, note, spare=spare).render()
         # Nova takes a disabled_reason only together with status=disabled.
         changes.setdefault('status', model.DISABLED)
         self.env.cloud.update_service(svc, disabled_reason=reason,
@@ -630,8 +635,10 @@ class Engine:
                               since=(parsed.fenced_at or when) -
                               MIGRATION_SLACK,
                               recovery=parsed.recovery or new_recovery_id())
-            if wf.spare:
+            if wf.spare and state in (S.FENCED, S.EVACUATING):
                 self.drivers.reservation.adopt(svc.host, wf.spare)
+            else:
+                wf.spare = None  # a stale name: released or in service
             self._workflows[svc.host] = wf
             strategy = self.drivers.evacuation
             if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
@@ -812,8 +819,11 @@ class Engine:
             self._step_fenced(wf)
 
     def _marker(self, wf: HostWorkflow, state: HostState,
-                note: str = '') -> marker_mod.Marker:
-        """The marker of ``wf`` in ``state``: what a resumed copy needs."""
+                note: str = '', spare=_SAME) -> marker_mod.Marker:
+        """The marker of ``wf`` in ``state``: what a resumed copy needs.
+
+        ``spare``: the spare to name (default: the workflow's).
+        """
         if state is S.FAILED:
             # An operator's note only (the workflow ends here).
             return marker_mod.Marker(state=state, when=self.env.clock.now(),
@@ -822,7 +832,8 @@ class Engine:
         return marker_mod.Marker(
             state=state, when=self.env.clock.now(),
             fenced_at=(wf.since + MIGRATION_SLACK) if wf.since else None,
-            spare=wf.spare, kdump=wf.kdump, recovery=wf.recovery or None,
+            spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
+            recovery=wf.recovery or None,
             note=note)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
@@ -835,10 +846,15 @@ class Engine:
             wf.since = self.env.clock.now() - MIGRATION_SLACK
 
         def mark():
-            self._mark(wf, S.FENCED, forced_down=True)
-            spare = wf.spare or reservation.reserve(self.env, wf.host,
-                                                    snapshot)
-            wf.spare = spare
+            # The claim is in Nova (the fenced marker) before the spare is
+            # enabled: a copy resuming in between enables the same spare,
+            # none is ever lost from the pool.
+            claimed = wf.spare or reservation.claim(wf.host, snapshot)
+            self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
+            if not wf.spare_enabled:
+                wf.spare = reservation.reserve(self.env, wf.host, snapshot)
+                wf.spare_enabled = True
+            spare = wf.spare
             self._mark(wf, S.EVACUATING)
             return spare
 
@@ -987,9 +1003,11 @@ class Engine:
             if give_up:
                 self._mark(wf, S.FAILED, note)
             else:
-                self._mark(wf, S.EVACUATED)
+                # Released or kept in service: no longer ours to claim.
+                self._mark(wf, S.EVACUATED, spare=None)
 
         def done(_):
+            wf.spare = None
             if release:
                 self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
             if not progress.settled:

@@ -27,10 +27,23 @@ class ReservationStrategy(base.Driver):
                 snapshot: model.Snapshot) -> str | None:
         """Enable a spare host for ``failed_host``; return its name.
 
+        The spare claimed for it (:meth:`claim`, or :meth:`adopt` after a
+        restart) if there is one: enabled now if it still is not.
+
         None means no spare was claimed; evacuation then lets Nova's
         scheduler choose. Runs in a worker thread, possibly beside another
         host's call: two failed hosts must never get the same spare.
         """
+
+    def claim(self, failed_host: str,
+              snapshot: model.Snapshot) -> str | None:
+        """Choose the spare :meth:`reserve` will enable, changing nothing.
+
+        The engine writes the claim into the host's marker before the
+        spare is enabled, so a copy that resumes in between enables the
+        same spare. None: nothing to claim (or no two-step support).
+        """
+        return None
 
     def release(self, env: ports.Environment, failed_host: str,
                 spare: str, snapshot: model.Snapshot) -> None:

@@ -95,8 +95,8 @@ class ReservedHosts(base.ReservationStrategy):
             ranked.append((rank, svc.host))
         return [host for _, host in sorted(ranked)]
 
-    def reserve(self, env: ports.Environment, failed_host: str,
-                snapshot: model.Snapshot) -> str | None:
+    def claim(self, failed_host: str,
+              snapshot: model.Snapshot) -> str | None:
         with self._lock:
             for spare, owner in self._claims.items():
                 if owner == failed_host:
@@ -104,8 +104,17 @@ class ReservedHosts(base.ReservationStrategy):
             found = self.candidates(failed_host, snapshot)
             if not found:
                 return None
-            spare = found[0]
-            self._claims[spare] = failed_host
+            self._claims[found[0]] = failed_host
+            return found[0]
+
+    def reserve(self, env: ports.Environment, failed_host: str,
+                snapshot: model.Snapshot) -> str | None:
+        spare = self.claim(failed_host, snapshot)
+        if spare is None:
+            return None
+        svc = snapshot.service(spare)
+        if svc is None or not self.is_spare(svc):
+            return spare  # enabled already (by us, before a restart)
         try:
             env.cloud.update_service(snapshot.service(spare),
                                      status=model.ENABLED)
