@@ -41,10 +41,15 @@ A host's way through the table of :mod:`instanceha.engine.states`::
   host is powered on (not a kdump host), ``forced_down`` is cleared, and
   it is enabled once Nova reports it ``up``.
 
-Safety: leadership is checked before every step that changes anything;
-each job holds the coordinator's lock on its host. A stopping service
-lets running jobs finish, marks nothing FAILED and leaves the markers for
-the next start.
+Safety: every side effect passes the environment's leadership guard at
+the moment it is made (see :class:`instanceha.engine.ports.LeaderGuard`);
+the steps' own leadership checks only avoid submitting work that would be
+refused. Each job holds the coordinator's lock on its host. Evacuate
+calls need a fresh proof that the host is off (``prove_off``); a host an
+operator disabled with a reason of their own leaves our hands
+(:class:`OperatorTookOver`). A stopping service changes nothing more,
+marks nothing FAILED and leaves the markers and our locks for the next
+start.
 """
 
 from collections.abc import Callable
