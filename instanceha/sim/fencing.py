@@ -24,6 +24,14 @@ for it, and a real fencing file naming it is refused at load time.
 Only the device is simulated: the base class does the polling and the
 timing, the topology does levels, retries and the chain timeout, exactly
 as with ipmi or redfish.
+
+A device of any other driver (a third-party one) may add ``simulate:
+DEVICE`` in a scenario's fencing file: its driver checks its parameters
+as in production, and its power changes act on the topology's simulated
+DEVICE (a host's BMC is named after the host), so a scenario can fence
+with it. The simulator simulates devices, not protocols; the driver's
+own conversation with its hardware is what the fencing contract kit
+(:mod:`instanceha.testing.fencing_contract`) tests.
 """
 
 from collections.abc import Mapping
@@ -38,6 +46,8 @@ from instanceha.sim import world as sim_world
 
 #: The scenario fencing file's name for a simulated device.
 DRIVER = 'sim'
+#: Key that makes a device of another driver act on a simulated device.
+SIMULATE = 'simulate'
 
 _ERRORS = {
     'timeout': base.DeviceTimeoutError,
@@ -96,6 +106,31 @@ class SimFencing(base.FencingDriver):
             self.world.device_read, self.target, self.remaining(deadline)))
 
 
+class SimulatedDevice(SimFencing):
+    """A device of another driver, checked by it, powered in the world."""
+
+    def __init__(self, real: base.FencingDriver, target: str,
+                 world: sim_world.World):
+        super().__init__(real.conf, real.host, {'target': target},
+                         device=real.device, world=world)
+        self.real = real
+        self.clock = real.clock
+
+    def describe_target(self) -> str:
+        return 'simulated %s' % self.target
+
+    def validate(self) -> None:
+        # The driver's own checks, exactly as in production.
+        self.real.name = self.name
+        self.real.validate()
+        self.params = dict(self.real.params, target=self.params['target'])
+        self._secrets = list(self.real._secrets)
+        if self.target not in self.world.devices:
+            self._fail('%s: no simulated device %r; the topology has: %s'
+                       % (SIMULATE, self.target,
+                          ', '.join(sorted(self.world.devices))))
+
+
 class SimDeviceFactory(devices.DeviceFactory):
     """Simulated devices of ``world`` plus the installed drivers.
 
@@ -118,7 +153,13 @@ class SimDeviceFactory(devices.DeviceFactory):
                host: str, params: Mapping[str, Any],
                device: str) -> base.FencingDriver:
         if not issubclass(cls, SimFencing):
-            return super().create(cls, conf, host, params, device)
+            if SIMULATE not in params:
+                return super().create(cls, conf, host, params, device)
+            params = dict(params)
+            target = str(params.pop(SIMULATE))
+            return SimulatedDevice(
+                super().create(cls, conf, host, params, device), target,
+                self.world)
         drv = cls(conf, host, params, device=device, world=self.world)
         drv.clock = self.clock
         return drv

@@ -23,9 +23,12 @@ import importlib
 import importlib.util
 import os
 import re
+import sys
 import types
 
+import fixtures
 import testtools
+import yaml
 
 from instanceha.cmd import manage
 from instanceha import conf as ha_conf
@@ -212,3 +215,74 @@ class TestLinks(testtools.TestCase):
                         DOC else '', set()):
                     bad.append('%s: %s#%s' % (name, target, anchor))
         self.assertEqual([], bad, 'broken links in doc/')
+
+
+_FILE = re.compile(r'^File `([^`]+)`:\n\n```[a-z]*\n(.*?)^```\n', re.M | re.S)
+
+
+class TestDriverAuthorsKit(testtools.TestCase):
+    """doc/driver-authors.md's example distribution is real code.
+
+    The files are written out exactly as the page shows them and loaded:
+    every entry point names a class of the right kind, each driver is
+    built and validated against a real configuration. (Installing the
+    distribution and running its contract test and scenario is what a
+    reader does; the release check does it too.)
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        with open(os.path.join(DOC, 'driver-authors.md')) as f:
+            self.files = dict(_FILE.findall(f.read()))
+        for name, text in self.files.items():
+            path = os.path.join(self.dir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, 'w') as f:
+                f.write(text)
+        self.useFixture(fixtures.PythonPathEntry(self.dir))
+        self.addCleanup(self._forget)
+
+    @staticmethod
+    def _forget():
+        for name in [n for n in sys.modules if n.split('.')[0] ==
+                     'acme_ha']:
+            del sys.modules[name]
+
+    def test_every_entry_point_loads_a_driver_of_its_kind(self):
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            self.skipTest('tomllib needs Python 3.11')
+        from instanceha.plugins.detectors import base as detectors
+        from instanceha.plugins.evacuation import base as evacuation
+        from instanceha.plugins.fencing import base as fencing
+        from instanceha.plugins.gates import base as gates
+
+        kinds = {'instanceha.fencing': fencing.FencingDriver,
+                 'instanceha.evacuation': evacuation.EvacuationStrategy,
+                 'instanceha.gates': gates.Gate,
+                 'instanceha.detectors': detectors.Detector}
+        project = tomllib.loads(self.files['pyproject.toml'])['project']
+        points = project['entry-points']
+        self.assertEqual(set(kinds), set(points))
+        conf = ha_conf.CONF.__class__()
+        ha_conf.register_opts(conf)
+        conf([], default_config_files=[])
+        for namespace, entries in points.items():
+            for name, target in entries.items():
+                self.assertTrue(name.startswith('acme-'), name)
+                module, _, cls_name = target.partition(':')
+                cls = getattr(importlib.import_module(module), cls_name)
+                self.assertTrue(issubclass(cls, kinds[namespace]), target)
+                self.assertTrue(cls.description, target)
+                if namespace != 'instanceha.fencing':
+                    cls(conf)
+
+    def test_the_scenario_is_complete(self):
+        for name in ('topology.yaml', 'fencing.yaml', 'instanceha.conf',
+                     'timeline'):
+            self.assertIn('scenario/' + name, self.files)
+        fencing = yaml.safe_load(self.files['scenario/fencing.yaml'])
+        self.assertIn('acme-pdu', {h['driver'] for h in
+                                   fencing['hosts'].values()})
