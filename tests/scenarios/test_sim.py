@@ -36,6 +36,7 @@ from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import story as sim_story
 from instanceha.sim import world as sim_world
+from tests import conf_fixture
 
 DEMO = os.path.join(simulate.BUILTIN, 'demo')
 
@@ -320,14 +321,8 @@ class TestSimFencing(testtools.TestCase):
     """The sim driver: only through the simulator's device factory."""
 
     def _conf_and_file(self, entry):
-        from oslo_config import cfg
-
-        from instanceha import conf as ha_conf
-
-        conf = cfg.ConfigOpts()
-        ha_conf.register_opts(conf)
-        conf([], default_config_files=[])
-        conf.set_override('allow_noop', True, 'fencing')
+        conf = self.useFixture(conf_fixture.ConfFixture(
+            fencing={'allow_noop': True})).conf
         path = os.path.join(self.useFixture(fixtures.TempDir()).path,
                             'fencing.yaml')
         with open(path, 'w') as f:
@@ -374,6 +369,24 @@ class TestSimFencing(testtools.TestCase):
                                 '{driver: sim, target: nope}')
         self.assertIn("'nope'", str(exc))
         self.assertIn('h1', str(exc))
+
+    def test_any_driver_can_act_on_a_simulated_device(self):
+        # A third-party driver's device in a scenario: its own parameter
+        # checks run, its power changes act on the world's device.
+        w = small_world()
+        w.clock.on_sleep = lambda seconds: advance(w, w.clock.t + seconds)
+        drv = self._load('{driver: noop, simulate: h1}',
+                         world=w).hosts['h1'].levels[0][0]
+        self.assertEqual('noop', drv.name)
+        drv.power_off()
+        self.assertFalse(w.hosts['h1'].powered)
+        self.assertTrue(w.hosts['h1'].fence_proof)
+        exc = self.assertRaises(exceptions.ConfigurationError, self._load,
+                                '{driver: noop, simulate: nope}')
+        self.assertIn("'nope'", str(exc))
+        exc = self.assertRaises(exceptions.ConfigurationError, self._load,
+                                '{driver: noop, simulate: h1}', world=False)
+        self.assertIn("'simulate'", str(exc))
 
     def test_devices_run_on_the_simulated_clock(self):
         # Every device the simulator builds -- its own and installed

@@ -15,16 +15,15 @@
 import datetime
 import json
 
-from oslo_config import cfg
 import testtools
 
-from instanceha import conf as ha_conf
 from instanceha.engine import decide
 from instanceha.engine import model
 from instanceha.engine import plan
 from instanceha.engine import states
 from instanceha.plugins.detectors import base as det_base
 from instanceha.plugins import loader
+from tests import conf_fixture
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, 0,
                         tzinfo=datetime.timezone.utc)
@@ -32,16 +31,7 @@ D = plan.Decision
 TINY = model.Flavor('m1.tiny')
 
 
-def make_conf(**groups) -> cfg.ConfigOpts:
-    """A parsed ConfigOpts; groups maps group -> {option: value}."""
-    conf = cfg.ConfigOpts()
-    ha_conf.register_opts(conf)
-    conf([], project='instanceha', default_config_files=[])
-    for group, values in groups.items():
-        for name, value in values.items():
-            conf.set_override(name, value,
-                              group=None if group == 'DEFAULT' else group)
-    return conf
+make_conf = conf_fixture.make_conf
 
 
 def svc(host, state='up', status='enabled', age=5, reason=None,

@@ -31,19 +31,17 @@ from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import fence_agent
 from instanceha.plugins.fencing import ipmi
 from instanceha.plugins.fencing import topology
+from tests import conf_fixture
 
 SECRET = 's3cr3t-Pa55'
 
 
 def make_conf(**fencing) -> cfg.ConfigOpts:
-    conf = cfg.ConfigOpts()
-    ha_conf.parse_args([], conf, default_config_files=[])
+    """The shared test configuration; ``fencing`` are [fencing] options."""
     fencing.setdefault('poll_interval', 0.05)
     # Most tests use the noop driver as a stand-in device.
     fencing.setdefault('allow_noop', True)
-    for key, value in fencing.items():
-        conf.set_override(key, value, 'fencing')
-    return conf
+    return conf_fixture.make_conf(fencing=fencing)
 
 
 class FileMixin:

@@ -25,11 +25,9 @@ import urllib.error
 import urllib.request
 
 import fixtures
-from oslo_config import cfg
 from prometheus_client import parser
 import testtools
 
-from instanceha import conf as ha_conf
 from instanceha.coordination import Status
 from instanceha.engine import events as ev
 from instanceha.engine import plan as plan_mod
@@ -37,6 +35,7 @@ from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha import health
+from tests import conf_fixture
 
 S = states.HostState
 
@@ -414,9 +413,8 @@ class ServerTest(testtools.TestCase):
                       % self.server.port, str(err))
 
     def test_port_in_use_does_not_stop_the_service(self):
-        conf = cfg.ConfigOpts()
-        ha_conf.parse_args([], conf, default_config_files=[])
-        conf.set_override('port', self.server.port, 'health')
+        conf = self.useFixture(conf_fixture.ConfFixture(
+            health={'port': self.server.port})).conf
         engine = FakeEngine(RecordingSink())
         engine.conf = conf
         service = types.SimpleNamespace(

@@ -22,7 +22,6 @@ import datetime
 import fixtures
 import hypothesis
 from hypothesis import strategies as st
-from oslo_config import cfg
 import testtools
 
 from instanceha import conf as ha_conf
@@ -36,6 +35,7 @@ from instanceha.plugins.detectors import base
 from instanceha.plugins.detectors import heartbeat as hb_det
 from instanceha.plugins.detectors import kdump as kd_det
 from instanceha.plugins.detectors import nova as nova_det
+from tests import conf_fixture
 
 KEY = b'k' * 32
 OLD = b'o' * 32
@@ -58,14 +58,7 @@ class Clock:
         return datetime.datetime.fromtimestamp(self.wall, UTC)
 
 
-def make_conf(**groups) -> cfg.ConfigOpts:
-    conf = cfg.ConfigOpts()
-    ha_conf.register_opts(conf)
-    conf([], project='instanceha', default_config_files=[])
-    for group, opts in groups.items():
-        for name, value in opts.items():
-            conf.set_override(name, value, group=group)
-    return conf
+make_conf = conf_fixture.make_conf
 
 
 def snapshot(*hosts, down=(), now=None):

@@ -21,8 +21,10 @@ from instanceha.engine import states
 from instanceha import exceptions
 from instanceha import maintenance
 from instanceha.plugins.filters import enabled
+from instanceha.sim import clock as sim_clock
+from instanceha.sim import events as sim_events
+from instanceha.sim import world as sim_world
 
-SNAP_AT = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 NOW = datetime.datetime(2026, 11, 29, 22, 5, 7,
                         tzinfo=datetime.timezone.utc)
 
@@ -104,65 +106,57 @@ class TestStartable(testtools.TestCase):
             self.assertIn('h1', str(e))
 
 
-class StuckCloud:
-    """A Nova whose migrations never end, or that refuses them.
+def stuck_world(refuse=False):
+    """The simulator's Nova: live migrations that never end, or refused.
 
-    Stand-in only for what the real nova of the functional tests cannot
-    show: its fake driver live-migrates at once and accepts every
-    request Nova's API validates.
+    The real nova of the functional tests cannot show either: its fake
+    driver live-migrates at once and accepts every request its API
+    validates.
     """
+    clock = sim_clock.SimClock(start=NOW)
+    world = sim_world.World(clock, sim_events.EventLog(clock))
+    world.flavors['f'] = sim_world.Flavor('f')
+    for n, name in enumerate(('h1', 'h2')):
+        world.add_host(sim_world.Host(name=name, id=str(n)))
+    world.add_server(sim_world.Server(id='u1', name='vm1', host='h1',
+                                      status='ACTIVE', flavor='f'))
+    world.timing.live_migration_time = 1e9
+    if refuse:
+        world.nova_faults.append(sim_world.NovaFault('live_migrate', 1,
+                                                     '409'))
 
-    def __init__(self, refuse=False):
-        self.refuse = refuse
-        self.meta = {}
-        self.svc = service(status='enabled')
-        self.vm = model.Server(id='u1', name='vm1', host='h1',
-                               status='ACTIVE', flavor=model.Flavor('f'))
-
-    def snapshot(self):
-        return model.Snapshot(taken_at=SNAP_AT, services=(self.svc,),
-                              servers=(self.vm,))
-
-    def update_service(self, svc, **changes):
-        self.svc = service(status=changes['status'],
-                           reason=changes.get('disabled_reason'))
-        return self.svc
-
-    def set_server_metadata(self, server_id, key, value):
-        self.meta[key] = value
-
-    def live_migrate(self, server_id, host=None):
-        if self.refuse:
-            raise exceptions.CloudError(
-                'live-migrate server u1: HTTP 409 from Nova: locked',
-                request_id='req-1', status=409)
-        return 'req-2'
-
-    def get_server(self, server_id):
-        return model.Server(id='u1', name='vm1', host='h1', status='ACTIVE',
-                            flavor=model.Flavor('f'), task_state='migrating')
+    def sleep(seconds):
+        clock.advance_to(clock.t + seconds)
+        world.run_due()
+    clock.on_sleep = sleep
+    return world
 
 
 class TestNotHalfDone(testtools.TestCase):
 
-    def start(self, cloud):
+    def start(self, world):
         lines = []
-        m = maintenance.Maintenance(cloud, out=lines.append, poll=0.01)
-        return m.start('h1', NOW, wait=True, timeout=0.05), lines
+        m = maintenance.Maintenance(sim_world.SimCloud(world),
+                                    out=lines.append, poll=5,
+                                    clock=world.clock)
+        return m.start('h1', NOW, wait=True, timeout=60), lines
 
     def test_timeout_says_still_migrating(self):
-        out, lines = self.start(StuckCloud())
+        out, lines = self.start(stuck_world())
         self.assertEqual('running', out[0].result)
-        self.assertIn('vm1 (u1): running: still migrating after 0 s (task '
+        self.assertIn('vm1 (u1): running: still migrating after 60 s (task '
                       'migrating, on h1); Nova carries on', lines[-1])
-        self.assertIn('request id req-2', '\n'.join(lines))
+        self.assertIn('request id req-sim-vm1-1', '\n'.join(lines))
 
     def test_refused_names_instance_error_and_request_id(self):
-        cloud = StuckCloud(refuse=True)
-        out, lines = self.start(cloud)
+        world = stuck_world(refuse=True)
+        out, lines = self.start(world)
         self.assertEqual('failed', out[0].result)
         self.assertIn('vm1 (u1): failed: Nova refused the live migration, '
                       'it is still on h1: live-migrate server u1: HTTP 409 '
-                      'from Nova: locked (request id req-1)', lines[-1])
-        self.assertTrue(maintenance.in_maintenance(cloud.svc))
-        self.assertEqual({maintenance.HOME_KEY: 'h1'}, cloud.meta)
+                      'from Nova: Conflict', lines[-1])
+        self.assertIn('(request id req-sim-fault-1)', lines[-1])
+        self.assertTrue(maintenance.in_maintenance(
+            world.service_model(world.hosts['h1'])))
+        self.assertEqual({maintenance.HOME_KEY: 'h1'},
+                         world.servers['u1'].metadata)

@@ -14,12 +14,11 @@ import datetime
 import os
 
 import fixtures
-from oslo_config import cfg
 import testtools
 
 from instanceha.cmd import manage_plan
-from instanceha import conf as ha_conf
 from instanceha.engine import plan as plan_mod
+from tests import conf_fixture
 
 D = plan_mod.Decision
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.timezone.utc)
@@ -42,11 +41,8 @@ class TestAnnotateFencing(testtools.TestCase):
         if fencing_text is not None:
             with open(path, 'w') as f:
                 f.write(fencing_text)
-        conf = cfg.ConfigOpts()
-        ha_conf.parse_args([], conf, default_config_files=[])
-        conf.set_override('config_file', path, group='fencing')
-        conf.set_override('allow_noop', True, group='fencing')
-        return conf
+        return self.useFixture(conf_fixture.ConfFixture(fencing={
+            'config_file': path, 'allow_noop': True})).conf
 
     def test_unfenceable_host_is_flagged(self):
         conf = self.conf('hosts:\n  compute-1:\n    driver: noop\n')

@@ -23,15 +23,14 @@ import threading
 import time
 
 import fixtures
-from oslo_config import cfg
 import testtools
 
-from instanceha import conf as conf_mod
 from instanceha.engine import events
 from instanceha import exceptions
 from instanceha.plugins.notifiers import base
 from instanceha.plugins.notifiers import catalogue
 from instanceha.plugins.notifiers import dispatcher
+from tests import conf_fixture
 
 
 def engine_event_names() -> list[str]:
@@ -208,9 +207,7 @@ class TestDispatcher(testtools.TestCase):
 class TestLogDriver(testtools.TestCase):
 
     def test_default_is_the_event_log_line(self):
-        conf = cfg.ConfigOpts()
-        conf_mod.register_opts(conf)
-        conf([], project='instanceha', default_config_files=[])
+        conf = self.useFixture(conf_fixture.ConfFixture()).conf
         disp = dispatcher.from_conf(conf)
         self.assertEqual(['log'], [d.name for d in disp.drivers])
         logs = self.useFixture(fixtures.FakeLogger(

@@ -24,15 +24,14 @@ import dataclasses
 import datetime
 import itertools
 
-from oslo_config import cfg
 
-from instanceha import conf as ha_conf
 from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins import loader
+from tests import conf_fixture
 
 T0 = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
@@ -306,20 +305,13 @@ class FakeKdump(ports.KdumpWatch):
 
 
 def make_conf(**overrides):
-    conf = cfg.ConfigOpts()
-    ha_conf.register_opts(conf)
-    conf([], project='instanceha', default_config_files=[])
+    """The shared test configuration with the rigs' own defaults."""
     # Retries of a rebuild at once unless a test is about the back-off
     # (TestRetryBackoff): the fakes fail on command, not by load.
     base = {'poll': 1, 'delta': 5, 'fence_retry_interval': 10,
             'fence_retry_max_interval': 40, 'evacuation.retry_interval': 0}
     base.update(overrides)
-    for key, value in base.items():
-        group = None
-        if '.' in key:
-            group, key = key.split('.')
-        conf.set_override(key, value, group=group)
-    return conf
+    return conf_fixture.make_conf(**base)
 
 
 class Rig:
