@@ -95,6 +95,30 @@ def parse_time(text) -> datetime.datetime | None:
     return when.astimezone(datetime.timezone.utc)
 
 
+def _bound_by_lease(http) -> None:
+    """Bound every HTTP request's time-out by the caller's call budget.
+
+    Inside a side effect the leadership guard allows
+    (:func:`instanceha.engine.ports.call_budget`), a request may not
+    outlive the proven lease: its time-out is cut to what is left.
+    """
+    send = http.request
+
+    def request(method, url, **kwargs):
+        budget = ports.call_budget()
+        if budget is not None:
+            budget = max(budget, 0.01)
+            timeout = kwargs.get('timeout')
+            if isinstance(timeout, tuple):
+                kwargs['timeout'] = tuple(
+                    budget if t is None else min(t, budget) for t in timeout)
+            else:
+                kwargs['timeout'] = (budget if timeout is None
+                                     else min(timeout, budget))
+        return send(method, url, **kwargs)
+    http.request = request
+
+
 def _iso(when: datetime.datetime) -> str:
     return when.astimezone(datetime.timezone.utc).strftime(
         '%Y-%m-%dT%H:%M:%SZ')
@@ -224,6 +248,7 @@ class NovaCloud(ports.CloudPort):
             conf, 'nova', auth=self._auth)
         # Every answer passes here, whichever novaclient call made it.
         self.session.session.hooks['response'].append(self._on_response)
+        _bound_by_lease(self.session.session)
         #: novaclient at the pinned microversion (its managers).
         self.nova = self._client(MICROVERSION)
         #: novaclient's HTTP client (a keystoneauth Adapter) for the calls

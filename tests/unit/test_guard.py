@@ -180,3 +180,31 @@ class TestGuard(testtools.TestCase):
         env.guard.halt('stopping')
         self.assertRaises(exceptions.CoordinationError,
                           inner.device_guard, 'h1', 'pdu', 'off')
+
+
+class TestNovaRequestsBounded(testtools.TestCase):
+    """The Nova adapter cuts each HTTP time-out to the call budget."""
+
+    def test_timeout_cut_inside_a_guarded_call_only(self):
+        from instanceha.cloud import nova
+
+        class Http:
+            def __init__(self):
+                self.seen = []
+
+            def request(self, method, url, **kwargs):
+                self.seen.append(kwargs.get('timeout'))
+
+        http = Http()
+        nova._bound_by_lease(http)
+        http.request('GET', '/x', timeout=60)
+        guard = ports.LeaderGuard(Coordinator(proven=4.0))
+        with guard.effect('evacuate s1'):
+            http.request('POST', '/x', timeout=60)
+            http.request('POST', '/x', timeout=(3.0, 60))
+            http.request('POST', '/x')
+        self.assertEqual(60, http.seen[0])
+        self.assertTrue(3.9 < http.seen[1] <= 4.0, http.seen)
+        self.assertEqual(3.0, http.seen[2][0])
+        self.assertTrue(3.9 < http.seen[2][1] <= 4.0, http.seen)
+        self.assertTrue(3.9 < http.seen[3] <= 4.0, http.seen)
