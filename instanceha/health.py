@@ -46,6 +46,7 @@ import http.server
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 
@@ -229,6 +230,9 @@ class Monitor:
         self._cycles_seen = 0
         self._plan = None
         self._hosts: dict[str, int] = {}
+        #: Hosts in a workflow and their state (leader), for the gauge.
+        self.host_states: dict[str, str] = {}
+        self._created = clock()
         #: Drivers with listener counters (``stats()``), set by watch().
         self.listeners: list = []
         #: Seconds our clock is ahead of Nova's (last snapshot), and the
@@ -291,6 +295,8 @@ class Monitor:
                 self.metrics.hosts.labels(state.value).set(
                     counts.get(state.value, 0))
             self._hosts = counts
+            self.host_states = {h: getattr(st, 'value', str(st))
+                                for h, st in host_states().items()}
 
     def _count_plan(self, plan) -> None:
         """Decisions per kind, and which gates blocked whom.
@@ -340,6 +346,30 @@ class Monitor:
 
     def shutting_down(self) -> bool:
         return self._shutting_down or bool(self._stopping())
+
+    def liveness(self) -> tuple[bool, dict]:
+        """(alive, details): the process answers and its loop turns.
+
+        Nova, the coordination backend and shutting down are not asked:
+        restarting a copy would not bring them back (that is readiness).
+        """
+        now = self._clock()
+        with self._lock:
+            running = self._tick_running
+            started = self._tick_started
+            last_end = self._last_tick_end
+        reasons = []
+        if running and started is not None and (
+                now - started > self.stuck_after):
+            reasons.append('loop stuck: a tick has been running for %d s'
+                           % (now - started))
+        elif last_end is None and now - self._created > self.stuck_after:
+            reasons.append('loop never ticked in %d s' % (
+                now - self._created))
+        elif last_end is not None and now - last_end > self.stuck_after:
+            reasons.append('loop stuck: no tick for %d s' % (now - last_end))
+        return not reasons, {'status': 'alive' if not reasons else 'stuck',
+                             'reasons': reasons}
 
     def readiness(self) -> tuple[bool, dict]:
         """(ready, JSON-able details with the reasons when not ready)."""
@@ -400,6 +430,14 @@ class Monitor:
         return not reasons, body
 
 
+def _version() -> str:
+    try:
+        import importlib.metadata
+        return importlib.metadata.version('instanceha')
+    except Exception:  # noqa: not installed (a source tree)
+        return 'unknown'
+
+
 class _LiveCollector:
     """Values read at scrape time: leadership, backend, readiness."""
 
@@ -418,6 +456,24 @@ class _LiveCollector:
         yield prom_core.GaugeMetricFamily(
             'instanceha_shutting_down', 'Whether the service is stopping.',
             value=1 if mon.shutting_down() else 0)
+        yield prom_core.GaugeMetricFamily(
+            'instanceha_live', 'Whether /livez reports the loop alive.',
+            value=1 if mon.liveness()[0] else 0)
+        info = prom_core.GaugeMetricFamily(
+            'instanceha_build_info', 'The running instanceha (always 1).',
+            labels=['version'])
+        info.add_metric([_version()], 1)
+        yield info
+        # The one metric with host names: only hosts in a workflow, so it
+        # is bounded by the failures under way and empty when all is well.
+        hosts = prom_core.GaugeMetricFamily(
+            'instanceha_host_recovery_state',
+            'Hosts in a recovery workflow (leader only), by state; 1 per '
+            'host, gone once the host is healthy again.',
+            labels=['host', 'state'])
+        for host, state in sorted(mon.host_states.items()):
+            hosts.add_metric([host, state], 1)
+        yield hosts
         coord = mon._coordination()
         if coord is not None:
             yield prom_core.GaugeMetricFamily(
@@ -522,16 +578,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _get(self) -> None:
         path = self.path.split('?', 1)[0]
-        if path == '/healthz':
+        if path in ('/readyz', '/healthz'):
             ready, body = self.monitor.readiness()
             self._send(200 if ready else 503, 'application/json',
+                       json.dumps(body, sort_keys=True).encode() + b'\n')
+        elif path == '/livez':
+            alive, body = self.monitor.liveness()
+            self._send(200 if alive else 503, 'application/json',
                        json.dumps(body, sort_keys=True).encode() + b'\n')
         elif path == '/metrics':
             self._send(200, exposition.CONTENT_TYPE_LATEST,
                        self.metrics.render())
         else:
-            self._send(404, 'text/plain', b'not found: try /healthz or '
-                       b'/metrics\n')
+            self._send(404, 'text/plain', b'not found: try /livez, /readyz '
+                       b'or /metrics\n')
 
     def _send(self, code: int, ctype: str, data: bytes) -> None:
         self.send_response(code)
@@ -552,7 +612,8 @@ class HealthServer:
     """Serves /healthz and /metrics from a daemon thread."""
 
     def __init__(self, monitor: Monitor, metrics: Metrics, *,
-                 listen: str = '127.0.0.1', port: int = 9797):
+                 listen: str = '127.0.0.1', port: int = 9797,
+                 tls: 'ssl.SSLContext | None' = None):
         handler = type('Handler', (_Handler,), {'monitor': monitor,
                                                 'metrics': metrics})
         server_cls = http.server.ThreadingHTTPServer
@@ -568,6 +629,13 @@ class HealthServer:
                 'options [health] listen = %s, port = %d: cannot serve '
                 'health there: %s' % (listen, port, exc.strerror or exc)
             ) from None
+        if tls is not None:
+            # The handshake happens in the request's thread, so a slow
+            # client cannot hold up the others.
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True,
+                do_handshake_on_connect=False)
+        self.scheme = 'https' if tls is not None else 'http'
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name='health-http', daemon=True)
@@ -578,12 +646,44 @@ class HealthServer:
 
     def start(self) -> None:
         self._thread.start()
-        LOG.info('health: serving /healthz and /metrics on %s port %d',
+        LOG.info('health: serving /livez, /readyz (/healthz) and /metrics '
+                 'over %s on %s port %d', self.scheme,
                  self._server.server_address[0], self.port)
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def tls_context(conf) -> 'ssl.SSLContext | None':
+    """HTTPS (and client certificates) for the endpoint, from [health]."""
+    group = conf.health
+    cert, key, client_ca = (group.tls_cert_file, group.tls_key_file,
+                            group.tls_client_ca_file)
+    if not cert and not key and not client_ca:
+        return None
+    if not cert or not key:
+        raise exceptions.ConfigurationError(
+            'options [health] tls_cert_file and tls_key_file: HTTPS needs '
+            'both (only %s is set)' % ('tls_cert_file' if cert else
+                                       'tls_key_file' if key else
+                                       'tls_client_ca_file'))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise exceptions.ConfigurationError(
+            'options [health] tls_cert_file = %s, tls_key_file = %s: '
+            'cannot use them: %s' % (cert, key, exc)) from None
+    if client_ca:
+        try:
+            ctx.load_verify_locations(client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise exceptions.ConfigurationError(
+                'option [health] tls_client_ca_file = %s: cannot use it: %s'
+                % (client_ca, exc)) from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 def stuck_after(conf) -> float:
@@ -616,7 +716,8 @@ def attach(service) -> Callable[[], None]:
         return monitor.begin_shutdown
     try:
         server = HealthServer(monitor, metrics, listen=conf.health.listen,
-                              port=conf.health.port)
+                              port=conf.health.port,
+                              tls=tls_context(conf))
     except PortInUse as exc:
         # Losing the endpoint must not cost the cloud its instance HA:
         # a second copy started with the same file on one machine still

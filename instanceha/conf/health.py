@@ -33,6 +33,17 @@ OPTS = [
                      'port and logs it. Two copies on one machine need '
                      'different ports; a copy that finds the port taken '
                      'logs an error and runs on without the endpoint.'),
+    cfg.StrOpt('tls_cert_file',
+               help='PEM certificate (chain) to serve the health endpoint '
+                    'over HTTPS. Unset: plain HTTP. Needs tls_key_file.'),
+    cfg.StrOpt('tls_key_file',
+               help='PEM private key of tls_cert_file (keep it readable '
+                    'by the service only).'),
+    cfg.StrOpt('tls_client_ca_file',
+               help='PEM CA certificate(s): with HTTPS, accept only '
+                    'clients presenting a certificate signed by one of '
+                    'them (e.g. the Prometheus server\'s). Unset: any '
+                    'client.'),
     cfg.IntOpt('stuck_after', default=0, min=0, max=86400,
                help='Seconds without a finished cycle after which '
                     '/healthz reports the loop as stuck. 0 means three '

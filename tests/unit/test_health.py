@@ -19,6 +19,7 @@ what the loop reports, not about recovery. The HTTP server is real.
 
 import datetime
 import json
+import ssl
 import threading
 import types
 import urllib.error
@@ -437,3 +438,83 @@ class ServerTest(testtools.TestCase):
         self.assertEqual(500, self.get('/healthz')[0])
         del self.monitor.coordinator.status
         self.assertEqual(503, self.get('/healthz')[0])
+
+
+class ProbeTest(MonitorTest):
+    """/livez asks only the loop; /readyz (and /healthz) everything."""
+
+    def serve(self, **kwargs):
+        server = health.HealthServer(self.monitor, self.metrics,
+                                     listen='127.0.0.1', port=0, **kwargs)
+        server.start()
+        self.addCleanup(server.stop)
+        return server
+
+    def get(self, url, context=None):
+        try:
+            with urllib.request.urlopen(url, timeout=10,
+                                        context=context) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def test_livez_stays_up_while_nova_is_unreachable(self):
+        base = 'http://127.0.0.1:%d' % self.serve().port
+        self.tick()
+        self.engine.fail_snapshot = True
+        self.tick()
+        self.assertEqual(200, self.get(base + '/livez')[0])
+        code, body = self.get(base + '/readyz')
+        self.assertEqual(503, code)
+        self.assertIn('last cycle failed: nova: 503', body['reasons'])
+        self.assertEqual(503, self.get(base + '/healthz')[0])
+        # Nor does an unreachable backend make the process dead.
+        self.coord.connected = False
+        self.assertEqual(200, self.get(base + '/livez')[0])
+        # A loop that stopped turning is not alive.
+        self.clock.now += 61
+        code, body = self.get(base + '/livez')
+        self.assertEqual((503, ['loop stuck: no tick for 61 s']),
+                         (code, body['reasons']))
+
+    def test_host_state_gauge_only_for_hosts_in_a_workflow(self):
+        self.engine.states = {'compute-7': S.EVACUATING}
+        self.tick()
+        self.assertEqual(1.0, self.value('instanceha_host_recovery_state',
+                                         host='compute-7',
+                                         state='evacuating'))
+        self.assertEqual(1.0, self.value('instanceha_build_info',
+                                         version=health._version()))
+        self.engine.states = {}
+        self.tick()
+        self.assertNotIn('compute-7', self.metrics.render().decode())
+
+    def test_tls_with_client_certificates(self):
+        from tests.functional.peers import base as peer_base
+
+        tmp = self.useFixture(fixtures.TempDir()).path
+        cert, key = peer_base.self_signed_cert(tmp, 'server')
+        ccert, ckey = peer_base.self_signed_cert(tmp, 'client')
+        conf = cfg.ConfigOpts()
+        ha_conf.parse_args([], conf, default_config_files=[])
+        conf.set_override('tls_cert_file', cert, 'health')
+        conf.set_override('tls_key_file', key, 'health')
+        conf.set_override('tls_client_ca_file', ccert, 'health')
+        server = self.serve(tls=health.tls_context(conf))
+        url = 'https://127.0.0.1:%d/livez' % server.port
+        self.tick()
+        client = ssl.create_default_context(cafile=cert)
+        self.assertRaises(OSError, self.get, url, client)  # no cert
+        client.load_cert_chain(ccert, ckey)
+        self.assertEqual(200, self.get(url, client)[0])
+        # Plain HTTP is not served on an HTTPS port.
+        self.assertRaises(OSError, self.get,
+                          'http://127.0.0.1:%d/livez' % server.port)
+
+    def test_half_a_tls_setting_is_refused(self):
+        conf = cfg.ConfigOpts()
+        ha_conf.parse_args([], conf, default_config_files=[])
+        conf.set_override('tls_cert_file', '/etc/x.pem', 'health')
+        err = self.assertRaises(exceptions.ConfigurationError,
+                                health.tls_context, conf)
+        self.assertIn('tls_cert_file and tls_key_file', str(err))
