@@ -643,9 +643,7 @@ class NovaCloud(ports.CloudPort):
         newest ``action`` (e.g. live-migration). Returns (its request id,
         "event: details" of each failed event).
         """
-        found = self._call('list actions of server %s' % server_id,
-                           self.nova.instance_action.list, server_id)
-        actions = [a.to_dict() for a in found]
+        actions = self.instance_actions(server_id)
         chosen = [a for a in actions if a.get('request_id') == request_id]
         chosen = chosen or [a for a in actions if a.get('action') == action]
         if not chosen:
@@ -658,6 +656,17 @@ class NovaCloud(ports.CloudPort):
         return rid, ['%s: %s' % (e.get('event'), (
             e.get('details') or e.get('result') or '').strip())
             for e in events if (e.get('result') or '').lower() == 'error']
+
+    def instance_actions(self, server_id: str) -> list[dict]:
+        """Nova's instance actions of a server, as Nova lists them.
+
+        Each has ``action``, ``request_id``, ``user_id``, ``start_time``
+        and ``message`` ('Error' when an event failed); the history
+        commands join them with migration records.
+        """
+        found = self._call('list actions of server %s' % server_id,
+                           self.nova.instance_action.list, server_id)
+        return [a.to_dict() for a in found]
 
     def set_server_metadata(self, server_id: str, key: str,
                             value: str) -> None:

@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     'instanceha.cmd.manage_config',
     'instanceha.cmd.manage_fencing',
     'instanceha.cmd.manage_heartbeat',
+    'instanceha.cmd.manage_history',
     'instanceha.cmd.manage_hosts',
     'instanceha.cmd.manage_import',
     'instanceha.cmd.manage_maintenance',

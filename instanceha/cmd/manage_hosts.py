@@ -26,6 +26,7 @@ import json
 
 from oslo_config import cfg
 
+from instanceha.cmd import manage_history
 from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import states
@@ -148,3 +149,4 @@ def add_parsers(subparsers) -> None:
                      help='enable it now instead of once Nova reports it '
                           'up')
     clr.set_defaults(func=_clear)
+    manage_history.add_host_parser(sub)

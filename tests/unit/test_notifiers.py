@@ -241,3 +241,21 @@ class TestWiring(testtools.TestCase):
             name='instanceha.events', level=logging.INFO))
         service.env.events.emit(events.LEADER)
         self.assertEqual('leader\n', logs.output)
+
+
+class TestCatalogueDoc(testtools.TestCase):
+    """doc/notifications.md lists every event type the catalogue has."""
+
+    def test_every_event_type_is_documented(self):
+        import os
+        path = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
+                            'notifications.md')
+        with open(path) as f:
+            text = f.read()
+        types = {t for t, _p in catalogue.HOST_STATES.values()}
+        types |= {t for t, _p, _s in catalogue.EVENTS.values()}
+        types.add(catalogue.CANCELLED[0])
+        missing = sorted(t for t in types if '`%s`' % t not in text)
+        self.assertEqual([], missing)
+        for schema in catalogue.SCHEMAS:
+            self.assertIn(schema.name, text)
