@@ -93,8 +93,8 @@ def format_instance(server: str, moves: list[history.InstanceMove]) -> str:
 
 
 def _cloud(conf):
-    from instanceha.engine import runner
-    return runner.make_cloud(conf)
+    from instanceha import service
+    return service.make_cloud(conf)
 
 
 def _hosts_history(conf: cfg.ConfigOpts) -> int:
