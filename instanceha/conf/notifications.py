@@ -26,8 +26,8 @@ OPTS = [
                 help='Notifier drivers (entry points in the '
                      'instanceha.notifiers namespace) that every engine '
                      'event is offered to, e.g. "log, messaging, webhook". '
-                     '"log" writes the event log lines; without it they '
-                     'are not written. Each other driver has its own '
+                     '"log" writes the event log lines and always runs, '
+                     'listed or not. Each other driver has its own '
                      'queue and thread: a slow or unreachable receiver '
                      'never delays a recovery.'),
     cfg.IntOpt('queue_size', default=1000, min=1, max=1000000,

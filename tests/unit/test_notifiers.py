@@ -259,3 +259,23 @@ class TestCatalogueDoc(testtools.TestCase):
         self.assertEqual([], missing)
         for schema in catalogue.SCHEMAS:
             self.assertIn(schema.name, text)
+
+
+class TestLogAlwaysRuns(testtools.TestCase):
+
+    def test_a_list_without_log_still_logs(self):
+        conf = cfg.ConfigOpts()
+        conf_mod.register_opts(conf)
+        conf([], project='instanceha', default_config_files=[])
+        conf.set_override('drivers', ['kubernetes'], group='notifications')
+        conf.set_override('kubernetes_api_url', 'http://127.0.0.1:1',
+                          group='notifications')
+        conf.set_override('kubernetes_namespace', 'ns',
+                          group='notifications')
+        conf.set_override('kubernetes_object_name', 'obj',
+                          group='notifications')
+        self.useFixture(fixtures.EnvironmentVariable(
+            'KUBERNETES_SERVICE_HOST'))
+        disp = dispatcher.from_conf(conf)
+        self.assertEqual(['log', 'kubernetes'],
+                         [d.name for d in disp.drivers])

@@ -38,6 +38,8 @@ from instanceha.plugins.notifiers import catalogue
 
 LOG = logging.getLogger(__name__)
 
+#: The notifier every service runs (the event log lines).
+ALWAYS = 'log'
 #: Seconds between two log lines about the same driver's trouble.
 LOG_INTERVAL = 60.0
 RESULTS = ('sent', 'failed', 'dropped')
@@ -234,6 +236,11 @@ def from_conf(conf) -> Dispatcher:
     from instanceha.plugins import loader
 
     group = conf.notifications
-    drivers = loader.load('instanceha.notifiers', group.drivers,
+    names = list(group.drivers)
+    if ALWAYS not in names:
+        # The event log lines are the service's own story: a notifier
+        # list that leaves them out must not silence them.
+        names.insert(0, ALWAYS)
+    drivers = loader.load('instanceha.notifiers', names,
                           '[notifications] drivers', conf)
     return Dispatcher(drivers, queue_size=group.queue_size)
