@@ -124,7 +124,7 @@ def move(mig, actions: list[dict]) -> InstanceMove:
     return InstanceMove(
         server=mig.server_id, source=mig.source_host, target=mig.dest_host,
         request_id=last.get('request_id') if last else None,
-        attempts=max(1, len(mine)), result=_result(mig.status, last),
+        attempts=1, result=_result(mig.status, last),
         started=mig.created_at, finished=mig.updated_at, migration=mig.id,
         kind=mig.migration_type, user=last.get('user_id') if last else None)
 
@@ -153,9 +153,28 @@ def host_history(cloud, host: str,
                             started=mig.created_at, instances=[])
             recoveries.append(prev)
         prev.instances.append(move(mig, actions[mig.server_id]))
+    for rec in recoveries:
+        rec.instances = _per_instance(rec.instances)
     if current is not None:
         _attach_marker(recoveries, host, current)
     return recoveries
+
+
+def _per_instance(moves: list[InstanceMove]) -> list[InstanceMove]:
+    """One row per instance, with every try counted.
+
+    Nova makes one migration record per evacuation request: a retried
+    instance has several; the last one tells where it went.
+    """
+    rows: dict[str, InstanceMove] = {}
+    for m in moves:
+        first = rows.get(m.server)
+        if first is None:
+            rows[m.server] = m
+            continue
+        rows[m.server] = dataclasses.replace(
+            m, attempts=first.attempts + 1, started=first.started)
+    return list(rows.values())
 
 
 def _attach_marker(recoveries: list[Recovery], host: str, marker) -> None:

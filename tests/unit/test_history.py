@@ -108,12 +108,12 @@ class TestHostHistory(testtools.TestCase):
         self.assertEqual(('rid-2', 'fenced', []),
                          (rec.recovery_id, rec.state, rec.instances))
 
-    def test_retries_are_counted(self):
+    def test_the_latest_request_of_a_record_is_shown(self):
         cloud = Records([mig('m1', 'a', 0)],
                         {'a': [action('req-1', 0, 'Error'),
                                action('req-2', 0.2)]})
         [rec] = history.host_history(cloud, 'h1')
-        self.assertEqual((2, 'req-2', 'evacuated'),
+        self.assertEqual((1, 'req-2', 'evacuated'),
                          (rec.instances[0].attempts,
                           rec.instances[0].request_id,
                           rec.instances[0].result))
@@ -135,3 +135,17 @@ class TestSince(testtools.TestCase):
                                 manage_history.parse_since, 'yesterday', T0)
         self.assertIn("'yesterday'", str(exc))
         self.assertIn('7d', str(exc))
+
+
+class TestRetries(testtools.TestCase):
+
+    def test_one_row_per_instance_with_every_try_counted(self):
+        cloud = Records([mig('m1', 'a', 0, status='error'),
+                         mig('m2', 'a', 1, dest='h3')],
+                        {'a': [action('req-1', 0, 'Error'),
+                               action('req-2', 1)]})
+        [rec] = history.host_history(cloud, 'h1')
+        [row] = rec.instances
+        self.assertEqual((2, 'h3', 'req-2', 'evacuated', at(0)),
+                         (row.attempts, row.target, row.request_id,
+                          row.result, row.started))
