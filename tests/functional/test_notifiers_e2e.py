@@ -44,7 +44,11 @@ HOST_STORY = ['instanceha.host.failed', 'instanceha.host.fence.start',
               'instanceha.host.evacuate.end', 'instanceha.host.enabled']
 
 
-class TestNotifiedRecovery(test_recovery.TestService):
+class TestNotifiedRecovery(test_recovery.RecoveryTestBase):
+
+    # The real instanceha-service process, as TestService runs it (its
+    # tests are not inherited: they would run twice).
+    start_service = test_recovery.TestService.start_service
 
     def setUp(self):
         super().setUp()
