@@ -55,8 +55,6 @@ class TestNotifiedRecovery(test_recovery.RecoveryTestBase):
         self.rabbit = self.useFixture(rabbitmq_peer.RabbitPeer())
         self.receiver = self.useFixture(
             webhook_receiver.WebhookReceiver(SECRET))
-        self.consumer = self.useFixture(
-            test_notifiers.Consumer(self.rabbit.url))
 
     def notified_cloud(self):
         secret = os.path.join(self.useFixture(fixtures.TempDir()).path,
@@ -103,6 +101,8 @@ class TestNotifiedRecovery(test_recovery.RecoveryTestBase):
         return ids.pop()
 
     def test_bus_and_webhook_tell_one_recovery(self):
+        self.consumer = self.useFixture(
+            test_notifiers.Consumer(self.rabbit.url))
         cloud = self.notified_cloud()
         vms = cloud.boot('host1', 2)
         took = self.recover(cloud, vms)
