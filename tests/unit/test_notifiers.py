@@ -264,16 +264,11 @@ class TestCatalogueDoc(testtools.TestCase):
 class TestLogAlwaysRuns(testtools.TestCase):
 
     def test_a_list_without_log_still_logs(self):
-        conf = cfg.ConfigOpts()
-        conf_mod.register_opts(conf)
-        conf([], project='instanceha', default_config_files=[])
-        conf.set_override('drivers', ['kubernetes'], group='notifications')
-        conf.set_override('kubernetes_api_url', 'http://127.0.0.1:1',
-                          group='notifications')
-        conf.set_override('kubernetes_namespace', 'ns',
-                          group='notifications')
-        conf.set_override('kubernetes_object_name', 'obj',
-                          group='notifications')
+        conf = self.useFixture(conf_fixture.ConfFixture(notifications={
+            'drivers': ['kubernetes'],
+            'kubernetes_api_url': 'http://127.0.0.1:1',
+            'kubernetes_namespace': 'ns',
+            'kubernetes_object_name': 'obj'})).conf
         self.useFixture(fixtures.EnvironmentVariable(
             'KUBERNETES_SERVICE_HOST'))
         disp = dispatcher.from_conf(conf)
