@@ -495,11 +495,9 @@ class ProbeTest(MonitorTest):
         tmp = self.useFixture(fixtures.TempDir()).path
         cert, key = peer_base.self_signed_cert(tmp, 'server')
         ccert, ckey = peer_base.self_signed_cert(tmp, 'client')
-        conf = cfg.ConfigOpts()
-        ha_conf.parse_args([], conf, default_config_files=[])
-        conf.set_override('tls_cert_file', cert, 'health')
-        conf.set_override('tls_key_file', key, 'health')
-        conf.set_override('tls_client_ca_file', ccert, 'health')
+        conf = self.useFixture(conf_fixture.ConfFixture(health={
+            'tls_cert_file': cert, 'tls_key_file': key,
+            'tls_client_ca_file': ccert})).conf
         server = self.serve(tls=health.tls_context(conf))
         url = 'https://127.0.0.1:%d/livez' % server.port
         self.tick()
@@ -512,9 +510,8 @@ class ProbeTest(MonitorTest):
                           'http://127.0.0.1:%d/livez' % server.port)
 
     def test_half_a_tls_setting_is_refused(self):
-        conf = cfg.ConfigOpts()
-        ha_conf.parse_args([], conf, default_config_files=[])
-        conf.set_override('tls_cert_file', '/etc/x.pem', 'health')
+        conf = self.useFixture(conf_fixture.ConfFixture(
+            health={'tls_cert_file': '/etc/x.pem'})).conf
         err = self.assertRaises(exceptions.ConfigurationError,
                                 health.tls_context, conf)
         self.assertIn('tls_cert_file and tls_key_file', str(err))
