@@ -95,7 +95,7 @@ class ByteCounter(object):
     module patching); calls are still counted by the cloud itself.
     """
 
-    READS = ('snapshot', 'list_services', 'servers_of', 'get_server',
+    READS = ('snapshot', 'read_services', 'servers_of', 'get_server',
              'migrations', 'aggregates', 'update_service')
 
     def __init__(self, cloud):

@@ -537,6 +537,13 @@ class NovaCloud(ports.CloudPort):
                   len(aggregates), len(image_map), len(migrations), calls)
         return snap
 
+    def read_services(self) -> model.Snapshot:
+        """The compute services alone: one call, ~240 bytes a host."""
+        taken_at = datetime.datetime.now(datetime.timezone.utc)
+        return model.Snapshot(taken_at=taken_at,
+                              services=self.list_services(),
+                              clock_skew=self.clock_skew)
+
     # -- single calls -----------------------------------------------------
 
     def update_service(self, service: model.Service, *,

@@ -20,8 +20,15 @@ GROUP = 'DEFAULT'
 
 OPTS = [
     cfg.IntOpt('poll', default=45, min=1, max=3600,
-               help='Seconds between two polls of Nova for the state of the '
-                    'nova-compute services (seed parameter POLL).'),
+               help='Seconds between two full reads of Nova (compute '
+                    'services, servers, aggregates) while any host is not '
+                    'healthy: being recovered, held back by a gate, '
+                    'disabled or down (seed parameter POLL). Each full read '
+                    'judges every such host again. A host that fails is '
+                    'read in full at once, whatever the poll phase: the '
+                    'compute services alone are read every [detection] '
+                    'services_interval. While every host is healthy only '
+                    'that small read is made.'),
     cfg.IntOpt('delta', default=30, min=1, max=86400,
                help='A compute service whose heartbeat (updated_at) is older '
                     'than this many seconds is failed even if Nova still '

@@ -44,6 +44,25 @@ OPTS = [
                help='How the verdicts of several detectors combine into '
                     'one per host. With a single detector all three are '
                     'the same.'),
+    cfg.FloatOpt('services_interval', default=0.0, min=0.0, max=3600,
+                 help='Seconds between two reads of the nova-compute '
+                      'services alone: one small call to Nova (about 240 '
+                      'bytes per compute host), so that a failed host is '
+                      'noticed as soon as Nova (or [DEFAULT] delta) says '
+                      'so, not at the next poll. Servers and aggregates '
+                      'are read only when a host needs deciding: at once '
+                      'when the services show something new, then every '
+                      '[DEFAULT] poll while anything is not healthy; never '
+                      'while every host is healthy. 0 (default): every '
+                      '0.5 s, less often on large clouds so that at most '
+                      '2,000 service records are read a second (every '
+                      '2.5 s at 5,000 hosts). What this costs Nova, per '
+                      'minute with every host healthy: 100 hosts, 120 '
+                      'calls and 2.9 MB; 1,000 hosts, 120 calls and 29 MB; '
+                      '5,000 hosts, 24 calls and 29 MB (a full read every '
+                      '45 s costs 1.3 to 1.4 calls per 1,000 servers and '
+                      '~1.7 KB per server, i.e. 4.9 MB, 49 MB and 246 MB '
+                      'a minute at 20 servers per host).'),
     cfg.IntOpt('max_clock_skew', default=10, min=1, max=86400,
                help='Nova\'s time stamps (a service\'s updated_at, the '
                     'changes-since of migration records) are judged against '

@@ -53,6 +53,19 @@ class CloudPort(abc.ABC):
             this.
         """
 
+    def read_services(self) -> model.Snapshot:
+        """Only the nova-compute services, in one small call.
+
+        Read often between two full snapshots (see
+        :mod:`instanceha.engine.watch`); a snapshot with no servers and no
+        aggregates. This default takes a whole snapshot: a cloud port
+        should override it.
+        """
+        snap = self.snapshot()
+        return model.Snapshot(taken_at=snap.taken_at,
+                              services=snap.services,
+                              clock_skew=snap.clock_skew)
+
     @abc.abstractmethod
     def update_service(self, service: model.Service, *,
                        status: str | None = None,
@@ -423,6 +436,12 @@ class GuardedCloud(_Wrapper, CloudPort):
         return self._inner.api_calls
 
     snapshot = _read('snapshot')
+
+    def read_services(self) -> model.Snapshot:
+        inner = getattr(self._inner, 'read_services', None)
+        return inner() if inner else CloudPort.read_services(self)
+    read_services.guarded = False  # type: ignore[attr-defined]
+
     get_server = _read('get_server')
     migrations = _read('migrations')
     update_service = _guarded(
@@ -476,8 +495,8 @@ class GuardedFencer(_Wrapper, Fencer):
 
 #: Port methods that change nothing (everything else must be guarded).
 READ_ONLY = {
-    CloudPort: frozenset({'snapshot', 'get_server', 'migrations',
-                          'action_errors'}),
+    CloudPort: frozenset({'snapshot', 'read_services', 'get_server',
+                          'migrations', 'action_errors'}),
     Fencer: frozenset({'configured', 'power_state'}),
 }
 

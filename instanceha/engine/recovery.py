@@ -68,6 +68,7 @@ from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha.engine.states import HostState
+from instanceha.engine import watch
 from instanceha import exceptions
 from instanceha.plugins.evacuation import base as evac_base
 
@@ -227,6 +228,7 @@ class Engine:
         self._stopping = False
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
+        self._watch = watch.ServiceWatch(self._services_interval())
         self.plan = None
         self.cycles = 0
         #: The gates' reasons of the current whole-plan block (or none).
@@ -269,12 +271,73 @@ class Engine:
         # is made again as soon as they have answered.
         answered = self.plan is not None and getattr(
             self.plan, 'answered', False)
-        if self._next_poll is None or now >= self._next_poll or answered:
+        if self._full_read_due(now, answered):
             self._next_poll = now + self.conf.poll
             self._cycle()
+            if self._fresh:
+                seen = watch.attention(self.snapshot, self.env.clock.now(),
+                                       self.conf.delta, skip=self._workflows)
+                self._watch.seen = seen
+                self._watch.quiet = (not seen and not self._workflows and
+                                     self._services_tell_all())
         if self.conf.disabled:
             return
         self._advance()
+
+    def wait_hint(self) -> float:
+        """Seconds until the compute services should be read again."""
+        nxt = self._watch.next_read
+        if nxt is None:
+            return 0.0
+        return max(0.0, nxt - self.env.clock.monotonic())
+
+    def _services_interval(self) -> float:
+        try:
+            return float(self.conf.detection.services_interval)
+        except (AttributeError, KeyError, TypeError,
+                ValueError):  # a conf without the option: the default
+            return 0.0
+
+    def _services_tell_all(self) -> bool:
+        """Whether the compute services alone show every failure.
+
+        True when every configured detector judges from Nova's services
+        only; another witness (heartbeats, kdump) may see a failure Nova
+        does not, so then the full picture is read every poll as well.
+        """
+        return all(getattr(d, 'judges_services_only', False)
+                   for d in self.drivers.detectors)
+
+    def _full_read_due(self, mono: float, answered: bool) -> bool:
+        """Read the services alone when due; is a full read needed now?
+
+        See :mod:`instanceha.engine.watch`: at once when the services
+        show news, every poll while anything is not healthy, never while
+        every host is healthy.
+        """
+        poll_due = self._next_poll is None or mono >= self._next_poll
+        w = self._watch
+        if answered:
+            return True
+        if self.snapshot is None or w.seen is None:
+            return poll_due
+        if w.due(mono):
+            snap = w.read(self.env.cloud, mono)
+            if snap is None:
+                return poll_due  # the full read reports Nova's trouble
+            self.snapshot = dataclasses.replace(
+                self.snapshot, services=snap.services,
+                taken_at=snap.taken_at, clock_skew=snap.clock_skew)
+            seen = watch.attention(self.snapshot, self.env.clock.now(),
+                                   self.conf.delta, skip=self._workflows)
+            w.quiet = (not seen and not self._workflows and
+                       self._services_tell_all())
+            if seen != w.seen and self._fresh:
+                return True
+        if poll_due and w.quiet:
+            self._next_poll = mono + self.conf.poll
+            return False
+        return poll_due
 
     def shutdown(self, timeout: float) -> None:
         """Stop taking new work; let running jobs reach their end.
@@ -473,6 +536,8 @@ class Engine:
             return
         self._fresh = True
         self.snapshot = snapshot
+        self._watch.read_done(self.env.clock.monotonic(),
+                              len(snapshot.services))
         # Fencing keys are matched against every Nova host name: a short
         # key naming two hosts serves neither.
         learn = getattr(self.env.fencer, 'learn_hosts', None)

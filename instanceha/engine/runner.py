@@ -76,9 +76,12 @@ def loop(engine, stop: threading.Event, *, interval: float,
     start resumes from the markers in Nova.
     """
     observers = list(observers)
+    hint = getattr(engine, 'wait_hint', None)
     while not stop.is_set():
         tick_once(engine, observers)
-        stop.wait(interval)
+        # Wake up for the next read of the compute services too: a failed
+        # host is noticed within that interval, not within a tick.
+        stop.wait((min(interval, hint()) or 0.05) if hint else interval)
     LOG.info('stopping: letting running steps finish (at most %d s)',
              shutdown_timeout)
     engine.shutdown(shutdown_timeout)

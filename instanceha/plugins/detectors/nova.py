@@ -44,6 +44,9 @@ class NovaDetector(base.Detector):
 
     description = ('nova-compute state down, or updated_at older than '
                    '[DEFAULT] delta (by Nova\'s clock)')
+    #: Its verdict needs only the compute services (see
+    #: :mod:`instanceha.engine.watch`).
+    judges_services_only = True
 
     def __init__(self, conf):
         super().__init__(conf)
