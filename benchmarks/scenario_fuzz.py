@@ -347,6 +347,27 @@ class Case:
             timeline=self.commands())
 
 
+class _StuckGuard:
+    """Ends a run whose simulated time stops moving (a livelock)."""
+
+    LIMIT = 20000
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.t = None
+        self.same = 0
+        self.stuck_at = None
+
+    def __call__(self) -> bool:
+        t = self.sim.clock.t
+        self.same = self.same + 1 if t == self.t else 0
+        self.t = t
+        if self.same >= self.LIMIT:
+            self.stuck_at = t
+            return True
+        return False
+
+
 def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
     """Record power-off requests for hosts that must live.
 
@@ -391,9 +412,14 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         wrong_power_offs = _watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None
+        stuck = _StuckGuard(sim)
         try:
-            result = sim.run()
+            result = sim.run(stop_when=stuck)
             violations = list(result.violations)
+            if stuck.stuck_at is not None:
+                error = ('SimulationStuck: simulated time stopped at %gs '
+                         '(the same instant came back %d times)'
+                         % (stuck.stuck_at, stuck.LIMIT))
         except Exception as exc:  # a crash of the engine is a finding too
             violations = []
             error = '%s: %s' % (type(exc).__name__, exc)

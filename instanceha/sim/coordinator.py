@@ -50,16 +50,22 @@ class Election:
         for host in [h for h, o in self._locks.items() if o == name]:
             del self._locks[host]
 
+    def _expire(self) -> None:
+        now = self.clock.world_t
+        for name, expiry in list(self.zombies.items()):
+            if expiry <= now:
+                del self.zombies[name]
+
     def next_change(self) -> float | None:
+        # Expired even while the backend is down: else the change "due
+        # now" would be offered for ever and simulated time would stop.
+        self._expire()
         return min(self.zombies.values()) if self.zombies else None
 
     def leader(self) -> str | None:
         if not self.backend_up:
             return None
-        now = self.clock.world_t
-        for name, expiry in list(self.zombies.items()):
-            if expiry <= now:
-                del self.zombies[name]
+        self._expire()
         if self.zombies:
             # A crashed leader's lease still runs: nobody may lead yet.
             return None
