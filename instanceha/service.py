@@ -98,6 +98,44 @@ def make_pause(conf) -> ports.PauseSource | None:
         return None
 
 
+class Reloader:
+    """SIGHUP: re-read the configuration files, between two ticks.
+
+    The OpenStack way: ``mutate_config_files()`` applies the options
+    declared ``mutable`` (``threshold``, ``disabled``, ``leave_disabled``,
+    ``force_enable``, the evacuation retry options, the gate options) and
+    logs each change; a changed option that cannot change live is logged
+    by oslo.config as ignored (restart to apply it). The reload runs in
+    the loop's thread before a tick, so it never interrupts a step: the
+    workflows carry on, and read the new values at their next step.
+    """
+
+    def __init__(self, conf):
+        self.conf = conf
+        self._requested = threading.Event()
+
+    def request(self) -> None:
+        """Called from the signal handler: only sets a flag."""
+        self._requested.set()
+
+    def tick_started(self) -> None:
+        if not self._requested.is_set():
+            return
+        self._requested.clear()
+        LOG.info('SIGHUP: reloading the configuration files')
+        try:
+            self.conf.mutate_config_files()
+        except Exception as exc:  # noqa: a bad file keeps the old values
+            LOG.error('reload failed, the running configuration is kept: '
+                      '%s', exc)
+            return
+        LOG.info('reload done: changed options are logged above; options '
+                 'logged as immutable need a restart')
+
+    def tick_finished(self, engine, error=None) -> None:
+        pass
+
+
 @dataclasses.dataclass
 class Service:
     """What :func:`build` made; tests and the health endpoint look at it."""
@@ -183,8 +221,15 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
         if finished is not None:
             finished.set()  # the loop waits on it: stop at once
 
+    reloader = Reloader(conf)
+    service.observers.append(reloader)
+
+    def on_hangup(_signum, _frame):
+        reloader.request()
+
     old = {sig: signal.signal(sig, on_signal)
            for sig in (signal.SIGTERM, signal.SIGINT)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
         for drv in drivers.all():
             _start(drv)

@@ -33,7 +33,7 @@ OPTS = [
                help='A compute service whose heartbeat (updated_at) is older '
                     'than this many seconds is failed even if Nova still '
                     'reports it up (seed parameter DELTA).'),
-    cfg.IntOpt('threshold', default=50, min=0, max=100,
+    cfg.IntOpt('threshold', mutable=True, default=50, min=0, max=100,
                help='If more than this percentage of the eligible compute '
                     'hosts is failed, log it and evacuate nothing: a mass '
                     'failure means the network or the control plane is '
@@ -44,7 +44,7 @@ OPTS = [
                     'steps (seed parameter WORKERS). Instance evacuations '
                     'are bounded separately by [evacuation] max_in_flight, '
                     'whose default is this value.'),
-    cfg.BoolOpt('disabled', default=False,
+    cfg.BoolOpt('disabled', mutable=True, default=False,
                 help='Detect and log failed hosts but take no action at all '
                      '(seed parameter DISABLED). Every poll, each failed '
                      'host that would be recovered is logged as a '
@@ -56,11 +56,11 @@ OPTS = [
                      'reported every poll, and its recovery resumes from '
                      'the marker once disabled is false again. Read when '
                      'the service starts: change it, then restart.'),
-    cfg.BoolOpt('leave_disabled', default=False,
+    cfg.BoolOpt('leave_disabled', mutable=True, default=False,
                 help='Keep a host disabled and forced down after its '
                      'instances were evacuated instead of powering it on '
                      'and re-enabling it (seed parameter LEAVE_DISABLED).'),
-    cfg.BoolOpt('force_enable', default=False,
+    cfg.BoolOpt('force_enable', mutable=True, default=False,
                 help='Re-enable a recovered host even if some of its '
                      'evacuations did not succeed. Never applies to a host '
                      'marked FAILED by smart evacuation, which always needs '

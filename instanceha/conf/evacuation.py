@@ -24,22 +24,22 @@ OPTS = [
                     'instanceha.evacuation namespace). Unset means "smart" '
                     'when [DEFAULT] smart_evacuation is true, else '
                     '"fire-and-forget".'),
-    cfg.IntOpt('retries', default=5, min=0, max=100,
+    cfg.IntOpt('retries', mutable=True, default=5, min=0, max=100,
                help='How often a failed rebuild of one instance is retried '
                     'by the smart and orchestrated strategies before it is '
                     'given up and its host marked FAILED (seed: 5).'),
-    cfg.IntOpt('same_target_retries', default=1, min=0, max=100,
+    cfg.IntOpt('same_target_retries', mutable=True, default=1, min=0, max=100,
                help='Retries of a failed rebuild on the same destination '
                     'host before other hosts are tried (restart limits, '
                     'R17).'),
-    cfg.IntOpt('retry_interval', default=5, min=0, max=3600,
+    cfg.IntOpt('retry_interval', mutable=True, default=5, min=0, max=3600,
                help='Seconds before a failed or refused rebuild of one '
                     'instance is tried again by the smart and orchestrated '
                     'strategies. The wait doubles after each failure of '
                     'that instance, up to retry_max_interval, so that a '
                     'busy or full cloud (task_state conflict, "No valid '
                     'host") gets time to change. 0 retries at once.'),
-    cfg.IntOpt('retry_max_interval', default=60, min=0, max=86400,
+    cfg.IntOpt('retry_max_interval', mutable=True, default=60, min=0, max=86400,
                help='Longest wait between two evacuation attempts of one '
                     'instance (see retry_interval).'),
     cfg.IntOpt('max_in_flight', default=0, min=0, max=10000,

@@ -24,7 +24,7 @@ OPTS = [
                      'instanceha.gates namespace). Every gate must allow a '
                      'failed host before it is fenced and evacuated; the '
                      'plan names the first gate that refused.'),
-    cfg.StrOpt('max_unhealthy_key', default='max_unhealthy',
+    cfg.StrOpt('max_unhealthy_key', mutable=True, default='max_unhealthy',
                regex=r'^[a-zA-Z0-9-_:. ]{1,255}$',
                help='failure-domain gate: the aggregate metadata key that '
                     'sets how many hosts of that aggregate may be unhealthy '
@@ -34,7 +34,7 @@ OPTS = [
                     'recovered (maxUnhealthy, R19). Aggregates without the '
                     'key have no limit; a malformed value blocks the '
                     "aggregate's hosts and says why."),
-    cfg.IntOpt('max_hosts_per_cycle', default=0, min=0, max=100000,
+    cfg.IntOpt('max_hosts_per_cycle', mutable=True, default=0, min=0, max=100000,
                help='per-cycle gate: start recovering at most this many '
                     'hosts in one cycle (in host name order); the others '
                     'wait for the next cycle. 0 means no cap.'),

@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 
+import fixtures
 import testtools
 
 from instanceha.engine import events
@@ -158,3 +159,32 @@ class TestServiceWiring(testtools.TestCase):
         self.assertEqual(['leader'], later.lines())
         self.assertEqual(['leader'], record.lines())
         service.executor.shutdown(wait=False)
+
+
+class TestReload(testtools.TestCase):
+    """SIGHUP: mutable options change live, others say they cannot."""
+
+    def test_threshold_changes_live_workers_needs_a_restart(self):
+        from oslo_config import cfg
+
+        from instanceha import conf as ha_conf
+
+        path = self.useFixture(fixtures.TempDir()).join('instanceha.conf')
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\nthreshold = 50\nworkers = 4\n')
+        conf = cfg.ConfigOpts()
+        ha_conf.parse_args(['--config-file', path], conf,
+                           default_config_files=[])
+        reloader = service_mod.Reloader(conf)
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\nthreshold = 80\nworkers = 8\n')
+        log = self.useFixture(fixtures.FakeLogger(level='INFO'))
+        reloader.tick_started()  # nothing asked yet
+        self.assertEqual(50, conf.threshold)
+        reloader.request()
+        reloader.tick_started()
+        self.assertEqual(80, conf.threshold)
+        self.assertEqual(4, conf.workers)
+        self.assertIn('threshold', log.output)
+        self.assertIn('workers', log.output)
+        self.assertIn('immutable', log.output)
