@@ -202,8 +202,7 @@ def loop(service: Service, conf) -> None:
     """Tick the engine until ``service.stop`` is set, observed."""
     runner.loop(service.engine, service.stop, interval=conf.tick_interval,
                 shutdown_timeout=conf.shutdown_timeout,
-                observers=service.observers,
-                wake=getattr(service.executor, 'finished', None))
+                observers=service.observers)
 
 
 def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
@@ -217,9 +216,6 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
     def on_signal(signum, _frame):
         LOG.info('received signal %d: stopping', signum)
         service.stop.set()
-        finished = getattr(service.executor, 'finished', None)
-        if finished is not None:
-            finished.set()  # the loop waits on it: stop at once
 
     reloader = Reloader(conf)
     service.observers.append(reloader)

@@ -229,8 +229,6 @@ class Engine:
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
         self._watch = watch.ServiceWatch(self._services_interval())
-        #: Monotonic time of each evacuation job's last step.
-        self._stepped: dict[str, float] = {}
         self.plan = None
         self.cycles = 0
         #: The gates' reasons of the current whole-plan block (or none).
@@ -972,15 +970,6 @@ class Engine:
                          aftercare: bool = False) -> None:
         if not self.env.coordinator.is_leader():
             return
-        # At most one step a tick_interval: the service loop also wakes
-        # when a job finishes, which must not turn watching rebuilds
-        # into a busy loop of Nova calls.
-        key = ('aftercare ' if aftercare else '') + wf.host
-        mono = self.env.clock.monotonic()
-        last = self._stepped.get(key)
-        if last is not None and mono - last < self.conf.tick_interval:
-            return
-        self._stepped[key] = mono
         strategy = self.drivers.evacuation
         if wf.job is None:
             servers = list(wf.servers)
