@@ -286,8 +286,10 @@ class Maintenance:
                     self.cloud.confirm_resize(server.id)
                 except exceptions.CloudError as exc:
                     # Nova shows VERIFY_RESIZE a moment before the
-                    # migration record is "finished" and refuses (400).
-                    if exc.status == 400 and elapsed <= timeout:
+                    # migration record is "finished" and refuses (400),
+                    # or before the instance's vm_state is "resized"
+                    # (409): both pass within a poll or two.
+                    if exc.status in (400, 409) and elapsed <= timeout:
                         self.clock.sleep(self.poll)
                         continue
                     return Outcome(server, 'failed', 'moved to %s but '

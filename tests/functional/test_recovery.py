@@ -398,7 +398,11 @@ class TestRecovery(RecoveryTestBase):
 class TestOrchestrated(RecoveryTestBase):
 
     def test_priority_order_on_real_nova(self):
-        cloud = self.cloud(options={'evacuation.strategy': 'orchestrated'})
+        # Server metadata is tenant-writable, so it is a priority source
+        # only when the operator allows it; this test allows it.
+        cloud = self.cloud(options={
+            'evacuation.strategy': 'orchestrated',
+            'evacuation.priority_sources': ['server']})
         key = 'instanceha:priority'
         db, = cloud.boot('host1', 1, name='db', metadata={key: '10'})
         apps = cloud.boot('host1', 2, name='app', metadata={key: '5'})
