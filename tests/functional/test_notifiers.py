@@ -118,8 +118,9 @@ class TestWebhook(Base):
         self.assertEqual(('vm-1', 'compute-1', 'compute-2', 'ACTIVE'),
                          (data['server'], data['source_host'],
                           data['target_host'], data['status']))
-        self.assertEqual({'webhook': {'sent': 6, 'failed': 0,
-                                      'dropped': 0}}, disp.counts())
+        # The log driver always runs beside the configured ones.
+        self.assertEqual({'sent': 6, 'failed': 0, 'dropped': 0},
+                         disp.counts()['webhook'])
 
     def test_wrong_secret_is_refused_by_the_receiver(self):
         rcv = self.useFixture(webhook_receiver.WebhookReceiver(

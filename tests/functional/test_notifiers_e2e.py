@@ -74,6 +74,11 @@ class TestNotifiedRecovery(test_recovery.RecoveryTestBase):
         self.start_service(cloud)
         t0 = time.monotonic()
         cloud.power_off('host1')
+        # Until Nova notices, the host still looks healthy: wait for the
+        # recovery to start before waiting for its end.
+        test_recovery.wait_for(lambda: cloud.service('host1').forced_down,
+                               test_recovery.RECOVERY_TIMEOUT,
+                               'host1 forced down')
         test_recovery.wait_for(lambda: cloud.recovered('host1'),
                                test_recovery.RECOVERY_TIMEOUT,
                                'host1 recovered')
