@@ -323,8 +323,10 @@ class PauseSource(abc.ABC):
 #: Below this many seconds of proven leadership no side effect starts.
 MIN_PROVEN = 0.5
 
-_call_deadline: contextvars.ContextVar[float | None] = \
-    contextvars.ContextVar('instanceha_call_deadline', default=None)
+#: (deadline, the clock it is on) of the guarded call being made now.
+_call_deadline: contextvars.ContextVar[
+    tuple[float, Callable[[], float]] | None] = contextvars.ContextVar(
+        'instanceha_call_deadline', default=None)
 
 
 def call_budget(default: float | None = None) -> float | None:
@@ -335,10 +337,11 @@ def call_budget(default: float | None = None) -> float | None:
     its time-out by it, so that no call outlives the proven lease.
     ``default`` outside a guarded call.
     """
-    deadline = _call_deadline.get()
-    if deadline is None:
+    current = _call_deadline.get()
+    if current is None:
         return default
-    return max(0.0, deadline - time.monotonic())
+    deadline, monotonic = current
+    return max(0.0, deadline - monotonic())
 
 
 class LeaderGuard:
@@ -348,10 +351,17 @@ class LeaderGuard:
     job queued while this copy led, a fencing chain walking to its next
     level, a shutdown's clean-up all come through here. The call gets
     a budget (:func:`call_budget`) that ends before leadership could.
+
+    The budget is measured on the environment's clock (the one the lease
+    is measured on): in the simulator simulated seconds, never the wall
+    time the simulation happens to take.
     """
 
-    def __init__(self, coordinator: Coordinator):
+    def __init__(self, coordinator: Coordinator,
+                 clock: 'Clock | None' = None):
         self.coordinator = coordinator
+        self._monotonic = (clock.monotonic if clock is not None
+                           else time.monotonic)
         self._halted: str | None = None
 
     def halt(self, why: str) -> None:
@@ -377,12 +387,16 @@ class LeaderGuard:
     def effect(self, what: str):
         """Run the body as one guarded side effect with a bounded budget."""
         proven = self.check(what)
-        deadline = (time.monotonic() + proven if math.isfinite(proven)
-                    else None)
+        now = self._monotonic()
+        current = ((now + proven, self._monotonic) if math.isfinite(proven)
+                   else None)
         outer = _call_deadline.get()
-        if outer is not None and (deadline is None or outer < deadline):
-            deadline = outer
-        token = _call_deadline.set(deadline)
+        if outer is not None:
+            # An outer call's deadline, moved onto this guard's clock.
+            left = max(0.0, outer[0] - outer[1]())
+            if current is None or now + left < current[0]:
+                current = (now + left, self._monotonic)
+        token = _call_deadline.set(current)
         try:
             yield proven
         finally:
@@ -523,7 +537,7 @@ class Environment:
 
     def __post_init__(self) -> None:
         if self.guard is None:
-            self.guard = LeaderGuard(self.coordinator)
+            self.guard = LeaderGuard(self.coordinator, self.clock)
         if not isinstance(self.cloud, GuardedCloud):
             self.cloud = GuardedCloud(self.cloud, self.guard)
         if not isinstance(self.fencer, GuardedFencer):

@@ -208,3 +208,33 @@ class TestNovaRequestsBounded(testtools.TestCase):
         self.assertEqual(3.0, http.seen[2][0])
         self.assertTrue(3.9 < http.seen[2][1] <= 4.0, http.seen)
         self.assertTrue(3.9 < http.seen[3] <= 4.0, http.seen)
+
+
+class TestBudgetOnTheEngineClock(testtools.TestCase):
+    """The call budget runs on the environment's clock, not the wall's."""
+
+    def setUp(self):
+        super().setUp()
+        from instanceha.sim import clock as sim_clock
+        self.clock = sim_clock.SimClock()
+        self.env = ports.Environment(
+            cloud=Recorder(), clock=self.clock, fencer=Recorder(),
+            coordinator=Coordinator(proven=10.0), events=None,
+            executor=executor.InlineExecutor())
+
+    def test_budget_shrinks_with_simulated_time_only(self):
+        with self.env.guard.effect('evacuate s1'):
+            self.assertEqual(10.0, ports.call_budget())
+            self.clock.advance_to(4.0)
+            self.assertEqual(6.0, ports.call_budget())
+            self.clock.advance_to(12.0)
+            self.assertEqual(0.0, ports.call_budget())
+        self.assertIsNone(ports.call_budget())
+
+    def test_nested_call_keeps_the_outer_deadline(self):
+        with self.env.guard.effect('fencing of h1'):
+            self.clock.advance_to(7.0)
+            # The inner check sees a fresh 10 s lease, but the outer call
+            # must end within the 3 s it has left.
+            with self.env.guard.effect('power off of h1'):
+                self.assertEqual(3.0, ports.call_budget())
