@@ -29,11 +29,13 @@ This is the only module that imports novaclient and keystoneauth1.
   of a compute service (status, reason, forced_down) is one PUT, as Nova
   offers it, so the marker and forced_down are set together.
 * A snapshot costs a fixed number of calls, whatever the number of hosts:
-  services (1), servers (1 per ``page_size`` servers), aggregates (1),
-  images (1 per page, only when asked), evacuation records (1 per page,
-  only when asked). Flavor extra specs come embedded in each server
-  (2.47+), never one call per flavor. ``api_calls`` counts requests made
-  (a keystoneauth re-authentication retry is part of its request).
+  services (1), servers (1 per ``page_size`` servers; or, when the engine
+  names the hosts that need deciding, 1 per such host), aggregates (1,
+  unless the engine has them cached), images (1 per page, only when
+  asked), evacuation records (1 per page, only when asked). Flavor extra
+  specs come embedded in each server (2.47+), never one call per flavor.
+  ``api_calls`` counts requests made (a keystoneauth re-authentication
+  retry is part of its request).
 * Image tags and properties: Glance v2 (tags and properties) when the
   catalog has an image endpoint, else Nova's deprecated image proxy at
   microversion 2.35 (properties only: the proxy does not return tags).
@@ -424,9 +426,16 @@ class NovaCloud(ports.CloudPort):
                            self.nova.services.list, binary='nova-compute')
         return tuple(_service(s.to_dict()) for s in found)
 
-    def list_servers(self) -> tuple[model.Server, ...]:
-        raw = self._pages('list servers', '/servers/detail', 'servers',
-                          'servers_links', {'all_tenants': 1})
+    def list_servers(self, host: str | None = None
+                     ) -> tuple[model.Server, ...]:
+        """Every server of the cloud, or of one compute ``host``."""
+        params: dict = {'all_tenants': 1}
+        what = 'list servers'
+        if host is not None:
+            params['host'] = host
+            what = 'list servers on %s' % host
+        raw = self._pages(what, '/servers/detail', 'servers',
+                          'servers_links', params)
         # A server created or deleted between two pages can shift the
         # pages and show up twice: keep one copy of each.
         unique = {s['id']: s for s in raw}
@@ -517,12 +526,23 @@ class NovaCloud(ports.CloudPort):
         return items
 
     def snapshot(self, *, images: bool = False,
-                 migrations_since: datetime.datetime | None = None
-                 ) -> model.Snapshot:
+                 migrations_since: datetime.datetime | None = None,
+                 hosts: ports.HostSelector | None = None,
+                 aggregates: bool = True) -> model.Snapshot:
         taken_at = datetime.datetime.now(datetime.timezone.utc)
         services = self.list_services()
-        servers = self.list_servers()
-        aggregates = self.list_aggregates()
+        servers_read = None
+        if hosts is None:
+            servers = self.list_servers()
+        else:
+            # One bounded listing per host that needs deciding: a healthy
+            # cloud of 100,000 instances is not read page by page.
+            servers_read = ports.select_hosts(hosts, services)
+            servers = tuple(srv for host in sorted(servers_read)
+                            for srv in self.list_servers(host))
+        # Aggregates matter only for hosts being decided.
+        aggregates = (self.list_aggregates() if aggregates and (
+            servers_read is None or servers_read) else ())
         image_map = self.list_images() if images else {}
         migrations = (tuple(self.migrations(since=migrations_since))
                       if migrations_since is not None else ())
@@ -530,7 +550,8 @@ class NovaCloud(ports.CloudPort):
         snap = model.Snapshot(taken_at=taken_at, services=services,
                               servers=servers, aggregates=aggregates,
                               images=image_map, migrations=migrations,
-                              clock_skew=self.clock_skew)
+                              clock_skew=self.clock_skew,
+                              servers_read=servers_read)
         LOG.debug('snapshot: %d compute services, %d servers, %d '
                   'aggregates, %d images, %d evacuation records; %d API '
                   'calls so far', len(services), len(servers),

@@ -63,6 +63,15 @@ OPTS = [
                       '45 s costs 1.3 to 1.4 calls per 1,000 servers and '
                       '~1.7 KB per server, i.e. 4.9 MB, 49 MB and 246 MB '
                       'a minute at 20 servers per host).'),
+    cfg.FloatOpt('aggregates_max_age', default=300.0, min=0.0,
+                 max=86400,
+                 help='Seconds a listing of the host aggregates is reused. '
+                      'Aggregates are read only when a host needs deciding '
+                      '(a failure, a recovery under way), and then only '
+                      'when the last listing is older than this; 0 reads '
+                      'them at every such read. A host added to or removed '
+                      'from an aggregate is seen by a decision at most this '
+                      'late.'),
     cfg.IntOpt('max_clock_skew', default=10, min=1, max=86400,
                help='Nova\'s time stamps (a service\'s updated_at, the '
                     'changes-since of migration records) are judged against '

@@ -62,6 +62,9 @@ HELD_REASON = ('held: a witness cannot tell yet; no action until it can, '
 #: Caller states of hosts started but not yet fenced: judged again like
 #: any failed host (a host back up, or a gate now refusing, ends the
 #: workflow), but the gates know they already passed (``started``).
+UNREAD_REASON = ('its servers were not listed in this read; judged again '
+                 'at the next one')
+
 _STARTED = frozenset({states.HostState.SUSPECT,
                       states.HostState.FENCE_FAILED})
 
@@ -270,6 +273,13 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
                 verdict=verdict)
             continue
         failed.add(host)
+        if not snapshot.servers_known(host):
+            # Its servers were not listed in this read (a witness spoke
+            # up after it): never decided as a host without instances.
+            decided[host] = plan_mod.HostDecision(
+                host, D.UNKNOWN, tuple(reasons + [UNREAD_REASON]), (),
+                service, verdict=verdict)
+            continue
         out = _host_reasons(host_filters, host, snapshot)
         servers, dropped = _eligible_servers(drivers.filters, host, snapshot)
         if not out and dropped and not servers:

@@ -125,6 +125,14 @@ class Snapshot:
     #: when unknown. Time stamps Nova writes (a service's ``updated_at``)
     #: are judged against Nova's clock, never ours: see :meth:`nova_now`.
     clock_skew: float | None = None
+    #: The hosts whose servers were listed; None: every server of the
+    #: cloud was listed. A host outside it may have servers nobody read
+    #: (see :meth:`servers_known`).
+    servers_read: frozenset[str] | None = None
+
+    def servers_known(self, host: str) -> bool:
+        """Whether :meth:`servers_on` tells all about ``host``."""
+        return self.servers_read is None or host in self.servers_read
 
     def nova_now(self, now: datetime.datetime) -> datetime.datetime:
         """``now`` (our clock) as Nova's clock reads it at that moment."""

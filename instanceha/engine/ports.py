@@ -21,6 +21,7 @@ the same in both and never imports a client library or a socket.
 
 import abc
 from collections.abc import Callable
+from collections.abc import Iterable
 import concurrent.futures
 import contextlib
 import contextvars
@@ -34,6 +35,20 @@ from instanceha.engine import model
 from instanceha import exceptions
 
 
+#: Which hosts' servers a snapshot lists: names, or a function of the
+#: services the snapshot read.
+HostSelector = (Iterable[str] |
+                Callable[[tuple[model.Service, ...]], Iterable[str]])
+
+
+def select_hosts(hosts: 'HostSelector',
+                 services: tuple[model.Service, ...]) -> frozenset[str]:
+    """The host names a :data:`HostSelector` stands for."""
+    if callable(hosts):
+        hosts = hosts(services)
+    return frozenset(hosts)
+
+
 class CloudPort(abc.ABC):
     """Nova, as the engine needs it.
 
@@ -43,14 +58,23 @@ class CloudPort(abc.ABC):
 
     @abc.abstractmethod
     def snapshot(self, *, images: bool = False,
-                 migrations_since: datetime.datetime | None = None
-                 ) -> model.Snapshot:
+                 migrations_since: datetime.datetime | None = None,
+                 hosts: 'HostSelector | None' = None,
+                 aggregates: bool = True) -> model.Snapshot:
         """Read the cloud in a number of calls that does not grow with it.
 
         :param images: also read the images the servers use (for image
             tag filters).
         :param migrations_since: also read evacuation records newer than
             this.
+        :param hosts: None lists every server of the cloud. Otherwise the
+            servers of these hosts only, one bounded listing per host
+            (``Snapshot.servers_read`` names them); a callable is given
+            the services just read and returns the hosts, so that a host
+            found failed by this very read has its servers read too.
+        :param aggregates: False leaves the aggregates out (the caller
+            keeps them cached); they are read only when some host's
+            servers are (only hosts being decided need them).
         """
 
     def read_services(self) -> model.Snapshot:

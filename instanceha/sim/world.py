@@ -857,17 +857,35 @@ class SimCloud(ports.CloudPort):
         return action() if action is not None else None
 
     def snapshot(self, *, images: bool = False,
-                 migrations_since: datetime.datetime | None = None
-                 ) -> model.Snapshot:
+                 migrations_since: datetime.datetime | None = None,
+                 hosts: ports.HostSelector | None = None,
+                 aggregates: bool = True) -> model.Snapshot:
         w = self.world
         self._faults('snapshot', 'list compute services')
-        servers = tuple(w.server_model(s) for s in w.servers.values()
-                        if s.host is not None)
-        self._call(2 + max(1, math.ceil(len(w.servers) / PAGE)))
+        services = tuple(w.service_model(h) for h in w.hosts.values()
+                         if h.name not in w.deleted_services)
+        every = tuple(w.server_model(s) for s in w.servers.values()
+                      if s.host is not None)
+        read = None
+        if hosts is None:
+            servers = every
+            self._call(1 + max(1, math.ceil(len(w.servers) / PAGE)))
+        else:
+            # Nova's servers?host=X: one listing (of pages) per host.
+            read = ports.select_hosts(hosts, services)
+            servers = tuple(s for s in every if s.host in read)
+            for host in read:
+                on = sum(1 for s in servers if s.host == host)
+                self._call(max(1, math.ceil(on / PAGE)))
+            self._call()  # the services
+        aggregates = aggregates and (read is None or bool(read))
+        if aggregates:
+            self._call()
         imgs = {}
         if images:
             self._call()
-            used = {s.image_id for s in servers if s.image_id}
+            # Nova's adapter lists every image, not only those read here.
+            used = {s.image_id for s in every if s.image_id}
             imgs = {i: w.images[i] for i in used if i in w.images}
         migs: tuple = ()
         if migrations_since is not None:
@@ -876,10 +894,10 @@ class SimCloud(ports.CloudPort):
         # Taken at by our clock; the skew as Nova's Date header tells it.
         return model.Snapshot(
             taken_at=w.local(w.clock.t),
-            services=tuple(w.service_model(h) for h in w.hosts.values()
-                           if h.name not in w.deleted_services),
-            servers=servers, aggregates=tuple(w.aggregates.values()),
-            images=imgs, migrations=migs, clock_skew=w.clock_skew)
+            services=services, servers=servers,
+            aggregates=tuple(w.aggregates.values()) if aggregates else (),
+            images=imgs, migrations=migs, clock_skew=w.clock_skew,
+            servers_read=read)
 
     def read_services(self) -> model.Snapshot:
         """The compute services alone: one call.

@@ -64,3 +64,15 @@ class Detector(base.Driver):
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, Evidence]:
         """Evidence for the hosts this detector has an opinion on."""
+
+    def suspects(self, services: tuple[model.Service, ...],
+                 now: datetime.datetime) -> frozenset[str] | None:
+        """Hosts this witness may say failed at the next decision.
+
+        Asked before the cloud is read, so that only those hosts' servers
+        are listed; it must change nothing (no counting, no logging).
+        Hosts Nova itself reports down, stale or disabled are read
+        anyway. None (the default): this witness cannot say, and every
+        server of the cloud is read.
+        """
+        return None

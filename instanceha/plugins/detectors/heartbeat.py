@@ -157,6 +157,19 @@ class HeartbeatDetector(base.Detector):
         """Listener counters (accepted, rejected by reason) for metrics."""
         return self.listener.stats() if self.listener is not None else {}
 
+    def suspects(self, services, now) -> frozenset[str]:
+        """Hosts not heard within the timeout (or never heard)."""
+        lst = self.listener
+        if lst is None or lst.started_at is None or not lst.udp.running:
+            return frozenset()  # blind: it says failed about nobody
+        timeout = self.conf.heartbeat.timeout
+        out = set()
+        for svc in services:
+            age = lst.age(svc.host)
+            if age is None or age > timeout:
+                out.add(svc.host)
+        return frozenset(out)
+
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         lst = self.listener

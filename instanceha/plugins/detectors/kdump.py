@@ -112,6 +112,14 @@ class KdumpDetector(base.Detector, ports.KdumpWatch):
 
     # -- Detector ---------------------------------------------------------
 
+    def suspects(self, services, now) -> frozenset[str]:
+        """Hosts writing a crash dump now."""
+        if self.listener is None:
+            return frozenset()
+        return frozenset(s.host for s in services
+                         if self.listener.record(s.host) is not None
+                         and self.is_dumping(s.host, now))
+
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         if self.listener is None:

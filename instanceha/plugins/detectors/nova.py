@@ -57,6 +57,11 @@ class NovaDetector(base.Detector):
         return {'[DEFAULT] delta': 'seconds after which a heartbeat is '
                                    'stale'}
 
+    def suspects(self, services, now) -> frozenset[str]:
+        # Its failures are hosts Nova reports down or stale: the engine
+        # reads those anyway.
+        return frozenset()
+
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         delta = datetime.timedelta(seconds=self.conf.delta)

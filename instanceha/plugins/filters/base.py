@@ -25,6 +25,9 @@ class Filter(base.Driver):
 
     #: Set when the filter needs image metadata in the snapshot.
     needs_images: bool = False
+    #: Set when the filter judges one host by the servers of every host
+    #: (the engine then lists every server, not only the failed hosts').
+    needs_all_servers: bool = False
     #: Filters sharing an ``any_of`` group combine with OR: an instance
     #: is dropped only when every filter of the group drops it (an
     #: instance is evacuable when its image *or* its flavor is tagged).

@@ -84,6 +84,12 @@ class InstanceTagFilter(TagFilter):
 
     any_of = INSTANCE_TAG_GROUP
 
+    @property
+    def needs_all_servers(self) -> bool:  # type: ignore[override]
+        """"Nothing tagged" looks at the flavors of every server."""
+        return bool(self.conf.tagging.all_when_none_tagged and
+                    'tagged-flavors' in filters_conf.names(self.conf))
+
     def _anything_tagged(self, snapshot: model.Snapshot) -> bool:
         enabled = filters_conf.names(self.conf)
         if 'tagged-images' in enabled and any(

@@ -55,6 +55,14 @@ class ReservationStrategy(base.Driver):
     def forget(self, spare: str) -> None:
         """Drop a claim that stays in service (something landed on it)."""
 
+    def claimed(self) -> frozenset[str]:
+        """The spares claimed now (their servers are read with a host's).
+
+        A spare is given back only while nothing landed on it: the engine
+        lists its servers in every read while it is claimed.
+        """
+        return frozenset()
+
     def evacuation_target(self, spare: str | None) -> str | None:
         """Where to rebuild the failed host's instances (None: anywhere)."""
         return None

@@ -137,6 +137,9 @@ class ReservedHosts(base.ReservationStrategy):
             # Released before and claimed since by another failed host
             # (a release repeated after a Nova error): not ours to return.
             return
+        if not snapshot.servers_known(spare):
+            # Only the hosts being decided were listed: ask about it.
+            snapshot = env.cloud.snapshot(hosts=(spare,), aggregates=False)
         svc = snapshot.service(spare)
         if svc is not None and not snapshot.servers_on(spare):
             env.cloud.update_service(
@@ -146,6 +149,10 @@ class ReservedHosts(base.ReservationStrategy):
         with self._lock:
             if self._claims.get(spare) == failed_host:
                 del self._claims[spare]
+
+    def claimed(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._claims)
 
     def forget(self, spare: str) -> None:
         """Drop a claim without touching Nova (the spare keeps serving)."""
