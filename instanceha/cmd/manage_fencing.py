@@ -10,129 +10,168 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""instanceha-manage fencing validate: is every host fenceable right now?
+"""instanceha-manage fencing: validate the fencing file, fence by hand.
 
-Checks the fencing file and asks every device of every level of every
-host for its power state (nothing is powered off), printing one line per
-host: ``OK`` with each device's state, or the precise problem (invalid
-entry, authentication failed, unreachable, unknown host, timed out).
+``fencing validate`` checks the fencing file and asks every device of
+every level of every host for its power state (nothing is powered off),
+printing one line per host: ``OK`` with each device's state, ``DEGRADED``
+when a level is broken but another works (naming both), ``FAILED`` when
+no level works, or the precise problem (invalid entry, unknown host).
 With ``--nova`` it also asks Nova for its compute hosts and reports
 those without an entry (never evacuated) and entries naming no compute.
-Exit status 0 when every host is OK, 1 otherwise, 2 when the file itself
-cannot be used. Run it after every change of the file and of a BMC
-password: a broken fencing device is found now, not during an outage.
+Run it after every change of the file and of a BMC password: a broken
+fencing device is found now, not during an outage.
+
+Exit status of ``validate`` (:data:`EXIT_CODES`): 0 every host OK, 1 a
+host FAILED (or invalid, unknown, not configured), 2 the file itself
+cannot be used, 3 no host FAILED but at least one DEGRADED.
+
+``fencing status|off|on HOST`` are in :mod:`manage_fencing_power`.
 """
 
 from concurrent import futures
+import dataclasses
 import logging
 
 from oslo_config import cfg
 
-from instanceha import exceptions
+from instanceha.cmd import manage_fencing_power
+from instanceha import manual_fencing as manual
 from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import topology
+
+#: ``fencing validate`` exit status, shown by ``--help`` and the docs.
+EXIT_CODES = (
+    (0, 'every host OK'),
+    (1, 'at least one host FAILED (no level works), INVALID, unknown or '
+        'not configured'),
+    (2, 'the fencing file (or the command line) cannot be used'),
+    (3, 'no host FAILED, but at least one DEGRADED (a level broken, '
+        'another works)'),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One host's line: OK, DEGRADED, FAILED or another problem."""
+
+    host: str
+    status: str
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == manual.OK
 
 
 def check_host(entry: config.HostEntry) -> tuple[bool, str]:
     """(ok, text) for one host: every device's power status."""
-    parts, problems = [], []
-    for index, level in enumerate(entry.levels, 1):
-        states = []
-        for drv in level:
-            try:
-                state = drv.power_status()
-            except exceptions.FencingError as exc:
-                problems.append('level %d %s' % (index, getattr(
-                    exc, 'short', exc)))
-                states.append('%s: FAILED' % drv.device)
-                continue
-            except Exception as exc:  # a driver bug must still be reported
-                problems.append('level %d device %s: unexpected %s: %s' % (
-                    index, drv.device, type(exc).__name__, drv.redact(
-                        str(exc))))
-                states.append('%s: FAILED' % drv.device)
-                continue
-            note = (' (noop: proves nothing)' if drv.name == 'noop' else '')
-            states.append('%s %s%s' % (drv.device, state.value, note))
-        parts.append('level %d: %s' % (index, ', '.join(states)))
-    if problems:
-        return False, 'FAILED: %s' % ' | '.join(problems)
-    return True, 'OK (%s)' % '; '.join(parts)
+    status, text = manual.verdict(manual.read_levels(entry))
+    return status == manual.OK, text
+
+
+def validate_hosts(conf: cfg.ConfigOpts, path: str | None = None,
+                   host: str | None = None, parallel: int = 8
+                   ) -> list[Row]:
+    """One :class:`Row` per entry of the file (or one host), in order."""
+    fencing = config.load(conf, path, strict=False, only=host)
+    if host is not None and not fencing.names():
+        return [Row(host, manual.FAILED, 'unknown host: no entry in the '
+                    'fencing file %s' % fencing.path)]
+    rows = {key: Row(key, manual.INVALID, 'INVALID: %s' % msg)
+            for key, msg in fencing.errors.items()}
+    with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        jobs = {key: pool.submit(manual.read_levels, entry)
+                for key, entry in fencing.hosts.items()}
+        for key, job in jobs.items():
+            rows[key] = Row(key, *manual.verdict(job.result()))
+    topology.Topology(conf, fencing).stop()
+    return [rows[key] for key in sorted(rows)]
 
 
 def validate_file(conf: cfg.ConfigOpts, path: str | None = None,
                   host: str | None = None, parallel: int = 8
                   ) -> list[tuple[str, bool, str]]:
     """[(host, ok, text)] for the file (or one host), in host order."""
-    fencing = config.load(conf, path, strict=False, only=host)
-    if host is not None and not fencing.names():
-        return [(host, False, 'unknown host: no entry in the fencing file '
-                 '%s' % fencing.path)]
-    rows = {key: (False, 'INVALID: %s' % msg)
-            for key, msg in fencing.errors.items()}
-    with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-        jobs = {key: pool.submit(check_host, entry)
-                for key, entry in fencing.hosts.items()}
-        for key, job in jobs.items():
-            rows[key] = job.result()
-    topology.Topology(conf, fencing).stop()
-    return [(key, *rows[key]) for key in sorted(rows)]
+    return [(r.host, r.ok, r.text)
+            for r in validate_hosts(conf, path, host, parallel)]
 
 
-def compare_with_nova(conf: cfg.ConfigOpts,
-                      rows: list[tuple[str, bool, str]], path: str | None
-                      ) -> list[tuple[str, bool, str]]:
+def compare_with_nova(conf: cfg.ConfigOpts, rows: list[Row],
+                      path: str | None) -> list[Row]:
     """Add Nova's view: computes without an entry, entries without a compute.
 
-    A compute host without an entry is never evacuated (R9); an entry
-    that names no compute (a typo, a renamed host) protects nobody.
+    A compute host without an entry is never evacuated; an entry that
+    names no compute (a typo, a renamed host) protects nobody.
     """
     from instanceha.cloud import nova
 
     services = nova.NovaCloud(conf).list_services()
     computes = sorted({s.host for s in services})
-    keys = [key for key, _, _ in rows]
-    assigned, problems = config.assign_hosts(keys, computes, path or '')
+    assigned, problems = config.assign_hosts([r.host for r in rows],
+                                             computes, path or '')
     used = set(assigned.values())
     result = []
-    for key, ok, text in rows:
-        named = [h for h in computes if config.same_host(h, key)]
-        if key not in used and named:
-            ok, text = False, 'AMBIGUOUS entry: it matches Nova hosts %s ' \
-                'and serves none of them; device check: %s' % (
-                    ', '.join(named), text)
-        elif key not in used:
-            ok, text = False, 'unknown host: no nova-compute service of ' \
-                'that name (entry protects nothing); device check: ' + text
-        result.append((key, ok, text))
+    for row in rows:
+        named = [h for h in computes if config.same_host(h, row.host)]
+        if row.host not in used and named:
+            row = Row(row.host, 'AMBIGUOUS', 'AMBIGUOUS entry: it matches '
+                      'Nova hosts %s and serves none of them; device check: '
+                      '%s' % (', '.join(named), row.text))
+        elif row.host not in used:
+            row = Row(row.host, 'UNKNOWN', 'unknown host: no nova-compute '
+                      'service of that name (entry protects nothing); '
+                      'device check: ' + row.text)
+        result.append(row)
     for host in computes:
         if host in problems:
-            result.append((host, False, 'AMBIGUOUS: %s; it cannot be '
-                           'fenced and is never evacuated' % problems[host]))
+            result.append(Row(host, 'AMBIGUOUS', 'AMBIGUOUS: %s; it cannot '
+                              'be fenced and is never evacuated'
+                              % problems[host]))
         elif host not in assigned:
-            result.append((host, False, 'NOT CONFIGURED: Nova compute host '
-                           'without a fencing entry: it is never evacuated'))
-    return sorted(result)
+            result.append(Row(host, 'NOT CONFIGURED', 'NOT CONFIGURED: Nova '
+                              'compute host without a fencing entry: it is '
+                              'never evacuated'))
+    return sorted(result, key=lambda r: r.host)
+
+
+def exit_code(rows: list[Row]) -> int:
+    """The documented exit status (:data:`EXIT_CODES`) of these rows."""
+    if not rows or any(r.status not in (manual.OK, manual.DEGRADED)
+                       for r in rows):
+        return 1
+    return 3 if any(r.status == manual.DEGRADED for r in rows) else 0
+
+
+def quiet_sushy(conf: cfg.ConfigOpts) -> None:
+    """Silence sushy below CRITICAL (unless --debug).
+
+    sushy logs its own retries and fall-backs at WARNING/ERROR; the
+    lines these commands print say what matters.
+    """
+    if not conf.debug:
+        logging.getLogger('sushy').setLevel(logging.CRITICAL)
 
 
 def _validate(conf: cfg.ConfigOpts) -> int:
-    if not conf.debug:
-        # sushy logs its own retries and fall-backs at WARNING/ERROR; the
-        # one line per host below says what matters.
-        logging.getLogger('sushy').setLevel(logging.CRITICAL)
+    quiet_sushy(conf)
     # dest names that no oslo option uses: the parsed arguments share
     # the option namespace.
     args = conf.command
-    rows = validate_file(conf, args.fencing_file, args.fencing_host,
-                         args.fencing_parallel)
+    rows = validate_hosts(conf, args.fencing_file, args.fencing_host,
+                          args.fencing_parallel)
     if args.fencing_nova and args.fencing_host is None:
         rows = compare_with_nova(conf, rows, args.fencing_file)
     if not rows:
         print('%s: no hosts' % (args.fencing_file
                                 or conf.fencing.config_file))
-    for key, ok, text in rows:
-        print('%s: %s' % (key, text))
-    return 0 if rows and all(ok for _, ok, _ in rows) else 1
+    for row in rows:
+        print('%s: %s' % (row.host, row.text))
+    return exit_code(rows)
+
+
+def exit_codes_help(codes) -> str:
+    return 'Exit status: ' + '; '.join('%d %s' % c for c in codes) + '.'
 
 
 def _positive(text: str) -> int:
@@ -147,7 +186,11 @@ def add_parsers(subparsers) -> None:
     sub = fencing.add_subparsers(dest='action', required=True)
     parser = sub.add_parser(
         'validate', help='check the fencing file and query the power state '
-        'of every device (powers nothing off); one line per host')
+        'of every device (powers nothing off); one line per host: OK, '
+        'DEGRADED (a level broken, another works) or FAILED (no level '
+        'works)', description='Check the fencing file and ask every device '
+        'for its power state; nothing is powered off. ' +
+        exit_codes_help(EXIT_CODES))
     parser.add_argument('--host', dest='fencing_host', help='check only this host (short or '
                         'fully qualified name)')
     parser.add_argument('--file', dest='fencing_file', help='fencing file to check (default: '
@@ -160,3 +203,4 @@ def add_parsers(subparsers) -> None:
                         'and entries naming no Nova compute host (reads '
                         'the [nova] options)')
     parser.set_defaults(func=_validate)
+    manage_fencing_power.add_parsers(sub)
