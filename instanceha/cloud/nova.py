@@ -138,6 +138,13 @@ def _service(raw: dict) -> model.Service:
         zone=raw.get('zone'))
 
 
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _server(raw: dict) -> model.Server:
     flavor = raw.get('flavor') or {}
     image = raw.get('image')
@@ -147,7 +154,8 @@ def _server(raw: dict) -> model.Server:
         status=raw.get('status') or '',
         flavor=model.Flavor(
             name=flavor.get('original_name') or flavor.get('id') or '',
-            extra_specs=dict(flavor.get('extra_specs') or {})),
+            extra_specs=dict(flavor.get('extra_specs') or {}),
+            vcpus=_int_or_none(flavor.get('vcpus'))),
         image_id=image.get('id') if isinstance(image, dict) else None,
         task_state=raw.get('OS-EXT-STS:task_state'),
         metadata=dict(raw.get('metadata') or {}),
@@ -592,6 +600,15 @@ class NovaCloud(ports.CloudPort):
         return _service(data['service'])
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
+        """Rebuild the server elsewhere; on ``host`` if Nova's checks agree.
+
+        From microversion 2.68 (we speak 2.94) evacuate has no ``force``:
+        a named host is a requested destination that Nova's scheduler
+        still validates (enabled, up, room, the flavor's and image's
+        filters). A host that fails them ends the migration record in
+        ``error`` ("No valid host"); an unknown host is refused at once
+        (404), the server's own host too (400).
+        """
         self._call('evacuate server %s' % server_id,
                    self.nova.servers.evacuate, server_id, host=host)
 

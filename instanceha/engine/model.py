@@ -57,6 +57,9 @@ class Service:
 class Flavor:
     name: str
     extra_specs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Virtual CPUs the flavor asks for (None: Nova did not say); what a
+    #: placement strategy counts a host's room in.
+    vcpus: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

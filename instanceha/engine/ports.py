@@ -22,6 +22,7 @@ the same in both and never imports a client library or a socket.
 import abc
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Mapping
 import concurrent.futures
 import contextlib
 import contextvars
@@ -99,7 +100,12 @@ class CloudPort(abc.ABC):
 
     @abc.abstractmethod
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
-        """Ask Nova to rebuild the server elsewhere (on ``host`` if given)."""
+        """Ask Nova to rebuild the server elsewhere (on ``host`` if given).
+
+        A named host is a request Nova's scheduler still validates, never
+        a forced destination: one without room, disabled or down is
+        refused (the evacuation's migration record ends in ``error``).
+        """
 
     @abc.abstractmethod
     def get_server(self, server_id: str) -> model.Server:
@@ -171,6 +177,16 @@ class CloudPort(abc.ABC):
     @abc.abstractmethod
     def delete_server_metadata(self, server_id: str, key: str) -> None:
         """Remove one metadata item; an absent item is not an error."""
+
+    def free_vcpus(self) -> Mapping[str, int] | None:
+        """Host -> vCPUs free for new instances; None: the cloud cannot say.
+
+        Read only when a placement strategy looks at free room (see
+        :mod:`instanceha.engine.placement`). Nova's scheduler checks room
+        again when the evacuation is scheduled, so this is advice, never
+        a promise. The default says nothing.
+        """
+        return None
 
     #: Calls made to the cloud so far (for benchmarks and tests).
     api_calls: int = 0
@@ -482,6 +498,7 @@ class GuardedCloud(_Wrapper, CloudPort):
 
     get_server = _read('get_server')
     migrations = _read('migrations')
+    free_vcpus = _read('free_vcpus')
     update_service = _guarded(
         'update_service',
         lambda service, **kw: 'update of the service of %s' % service.host)

@@ -25,12 +25,14 @@ Only the device is simulated: the base class does the polling and the
 timing, the topology does levels, retries and the chain timeout, exactly
 as with ipmi or redfish.
 
-A device of any other driver (a third-party one) may add ``simulate:
-DEVICE`` in a scenario's fencing file: its driver checks its parameters
-as in production, and its power changes act on the topology's simulated
-DEVICE (a host's BMC is named after the host), so a scenario can fence
-with it. The simulator simulates devices, not protocols; the driver's
-own conversation with its hardware is what the fencing contract kit
+A device of any other driver (built-in or third-party) in a scenario's
+fencing file is simulated too: its driver checks its parameters as in
+production (``PARAMS`` and its own ``validate()``), and its power changes
+act on a simulated device of the world -- the one named by ``simulate:
+DEVICE``, by default the host's own BMC (named after the host). A
+scenario never reaches real hardware, whatever its fencing file says.
+The simulator simulates devices, not protocols; the driver's own
+conversation with its hardware is what the fencing contract kit
 (:mod:`instanceha.testing.fencing_contract`) tests.
 """
 
@@ -153,10 +155,8 @@ class SimDeviceFactory(devices.DeviceFactory):
                host: str, params: Mapping[str, Any],
                device: str) -> base.FencingDriver:
         if not issubclass(cls, SimFencing):
-            if SIMULATE not in params:
-                return super().create(cls, conf, host, params, device)
             params = dict(params)
-            target = str(params.pop(SIMULATE))
+            target = str(params.pop(SIMULATE, None) or host)
             return SimulatedDevice(
                 super().create(cls, conf, host, params, device), target,
                 self.world)

@@ -67,7 +67,7 @@ PAGE = 1000
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
               'get_server', 'lock', 'stop', 'reset_state', 'live_migrate',
               'cold_migrate', 'confirm_resize', 'metadata', 'any',
-              'services')
+              'services', 'capacity')
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
 NOVA_ERRORS = ('500', '503', 'timeout', '409')
@@ -515,7 +515,8 @@ class World:
                 # Nova shows the task, not the vm_state, while rebuilding.
                 status=('REBUILD' if srv.task_state == 'rebuilding'
                         else srv.status),
-                flavor=model.Flavor(fl.name, dict(fl.extra_specs)),
+                flavor=model.Flavor(fl.name, dict(fl.extra_specs),
+                                    vcpus=fl.vcpus),
                 image_id=srv.image_id, task_state=srv.task_state,
                 metadata=dict(srv.metadata), locked=srv.locked,
                 locked_reason=srv.locked_reason if srv.locked else None,
@@ -929,6 +930,18 @@ class SimCloud(ports.CloudPort):
         self._call()
         self._faults('evacuate', 'evacuate %s' % server_id,
                      lambda: self.world.api_evacuate(server_id, host))
+
+    def free_vcpus(self) -> dict[str, int]:
+        """What placement would say: each host's vCPUs not yet claimed.
+
+        One call; the scheduler's claims of evacuations under way count
+        (as placement allocations do), instances merely asked for do not.
+        """
+        self._call()
+        self._faults('capacity', 'read free capacity', any_too=False)
+        w = self.world
+        return {h: w.free(h) for h in w.hosts
+                if h not in w.deleted_services}
 
     def _server(self, server_id: str) -> Server:
         srv = self.world.servers.get(server_id)

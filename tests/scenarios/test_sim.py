@@ -155,6 +155,56 @@ class TestSimCloud(testtools.TestCase):
         self.assertEqual('error', cloud.migrations()[0].status)
         self.assertEqual('ERROR', cloud.get_server('vm1').status)
 
+    def test_a_requested_host_is_validated_never_forced(self):
+        # Like Nova 2.94's scheduler: a named destination without room,
+        # disabled or down is refused (migration error), never forced; an
+        # unknown one is a 404 and the server's own host a 400.
+        def refused(setup):
+            w = small_world()
+            cloud = sim_world.SimCloud(w)
+            w.set_power('h1', False)
+            w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
+            setup(w)
+            cloud.evacuate('vm1', host='h2')
+            advance(w, 5)
+            mig = cloud.migrations(server_id='vm1')[0]
+            return mig.status, mig.dest_host, w.servers['vm1'].host
+
+        def full(w):
+            w.hosts['h2'].vcpus = 0
+            w.capacity_changed('h2')
+
+        def disabled(w):
+            w.hosts['h2'].status = model.DISABLED
+
+        def down(w):
+            w.hosts['h2'].forced_down = True
+
+        for setup in (full, disabled, down):
+            self.assertEqual(('error', None, 'h1'), refused(setup),
+                             setup.__name__)
+        self.assertEqual(('pre-migrating', 'h2', 'h1'),
+                         refused(lambda w: None))
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        w.set_power('h1', False)
+        w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
+        for host, status in (('nope', 404), ('h1', 400)):
+            exc = self.assertRaises(exceptions.CloudError, cloud.evacuate,
+                                    'vm1', host=host)
+            self.assertEqual(status, exc.status)
+
+    def test_free_vcpus_counts_the_schedulers_claims(self):
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        self.assertEqual({'h1': 63, 'h2': 64, 'h3': 64}, cloud.free_vcpus())
+        w.set_power('h1', False)
+        w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
+        cloud.evacuate('vm1', host='h3')
+        self.assertEqual(64, cloud.free_vcpus()['h3'])
+        advance(w, 5)
+        self.assertEqual(63, cloud.free_vcpus()['h3'])
+
     def test_snapshot_calls_do_not_grow_with_hosts(self):
         small = sim_world.SimCloud(small_world())
         big = sim_world.SimCloud(small_world(
@@ -387,6 +437,16 @@ class TestSimFencing(testtools.TestCase):
         exc = self.assertRaises(exceptions.ConfigurationError, self._load,
                                 '{driver: noop, simulate: h1}', world=False)
         self.assertIn("'simulate'", str(exc))
+
+    def test_without_simulate_it_acts_on_the_hosts_own_bmc(self):
+        # A scenario never reaches real hardware: a device of another
+        # driver with no ``simulate:`` is the host's simulated BMC.
+        w = small_world()
+        w.clock.on_sleep = lambda seconds: advance(w, w.clock.t + seconds)
+        drv = self._load('{driver: noop}', world=w).hosts['h1'].levels[0][0]
+        drv.power_off()
+        self.assertFalse(w.hosts['h1'].powered)
+        self.assertEqual('simulated h1', drv.describe_target())
 
     def test_devices_run_on_the_simulated_clock(self):
         # Every device the simulator builds -- its own and installed

@@ -1,0 +1,179 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What a placement policy sees: a read-only picture of the other hosts.
+
+An evacuation strategy chooses where each instance of a fenced host goes
+(``choose_target(task, view)``) from a :class:`PlacementView`, never from
+the environment: the view cannot call Nova, fence, or change anything, so
+a strategy is a pure policy that the simulator and tests can drive with
+plain values (Proxmox ha-manager's ``select_service_node`` is the model).
+
+The target a strategy returns is a request, not an order: it is passed to
+Nova's evacuate (compute API 2.94), whose scheduler still checks it (room,
+enabled, up, the instance's filters) and refuses it otherwise; it is never
+forced. ``None`` lets Nova's scheduler choose.
+
+Capacity is counted in vCPUs. ``free_vcpus`` is what the cloud reports
+free (in the simulator its model; None where the cloud does not say), less
+what this evacuation has already asked for since; ``used_vcpus`` is what
+the instances Nova lists on the host ask for, plus this evacuation's
+instances on their way there, so a strategy spreading by load sees its
+own earlier choices.
+"""
+
+from collections.abc import Iterable, Mapping
+import dataclasses
+import types
+
+from instanceha.engine import model
+
+#: How close a host is to the failed host's failure domain.
+SAME_AGGREGATE = 0
+SAME_ZONE = 1
+ELSEWHERE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRoom:
+    """One other compute host, as a placement policy needs it."""
+
+    host: str
+    #: Nova's scheduler would consider it: up, enabled, not forced down.
+    eligible: bool
+    #: vCPUs free for new instances; None when the cloud does not say.
+    free_vcpus: int | None
+    #: vCPUs of the instances Nova lists there plus those on their way.
+    used_vcpus: int
+    #: Instances Nova lists there plus those on their way.
+    instances: int
+    zone: str | None
+    #: Names of the host aggregates it belongs to.
+    aggregates: frozenset[str]
+    #: SAME_AGGREGATE, SAME_ZONE or ELSEWHERE, seen from the failed host.
+    closeness: int
+
+    @property
+    def load(self) -> float:
+        """Share of its vCPUs in use (0..1), or the used vCPUs if unknown."""
+        if self.free_vcpus is None:
+            return float(self.used_vcpus)
+        total = self.used_vcpus + self.free_vcpus
+        return self.used_vcpus / total if total > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementView:
+    """The other hosts of the cloud, from one failed host's point of view.
+
+    Read-only: mappings are proxies and every value is frozen.
+    """
+
+    #: The fenced host whose instances are being placed.
+    failed_host: str
+    #: Every other compute host by name (eligible or not).
+    hosts: Mapping[str, HostRoom]
+    #: The spare the reservation strategy enabled for the failed host's
+    #: instances to be rebuilt on (``[reservation] evacuate_to_spare``),
+    #: else None. A spare enabled only as room is an ordinary host here.
+    spare: str | None = None
+    #: Server id -> vCPUs its flavor asks for (None: unknown).
+    needs: Mapping[str, int | None] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    #: Names of the failed host's aggregates and its availability zone.
+    failed_aggregates: frozenset[str] = frozenset()
+    failed_zone: str | None = None
+
+    def need(self, server_id: str) -> int:
+        """vCPUs the server asks for (0 when unknown)."""
+        return self.needs.get(server_id) or 0
+
+    def fits(self, host: str, server_id: str) -> bool:
+        """Nova could take it there: eligible, and room if room is known."""
+        room = self.hosts.get(host)
+        if room is None or not room.eligible:
+            return False
+        return room.free_vcpus is None or room.free_vcpus >= self.need(
+            server_id)
+
+    def candidates(self, server_id: str,
+                   exclude: Iterable[str] = ()) -> list[HostRoom]:
+        """The eligible hosts with room for the server, by name."""
+        skip = set(exclude)
+        return [self.hosts[h] for h in sorted(self.hosts)
+                if h not in skip and self.fits(h, server_id)]
+
+
+def _zone(host: str, snapshot: model.Snapshot) -> str | None:
+    svc = snapshot.service(host)
+    if svc is not None and svc.zone:
+        return svc.zone
+    for agg in snapshot.aggregates_of(host):
+        if agg.availability_zone:
+            return agg.availability_zone
+    return None
+
+
+def build(snapshot: model.Snapshot, failed_host: str, *,
+          spare: str | None = None,
+          free: Mapping[str, int] | None = None,
+          servers: Iterable[model.Server] = (),
+          on_the_way: Mapping[str, Iterable[str]] | None = None,
+          asked_since_free: Mapping[str, Iterable[str]] | None = None
+          ) -> PlacementView:
+    """The view of ``snapshot`` for placing ``failed_host``'s instances.
+
+    :param free: host -> free vCPUs as the cloud reports them; None (or a
+        host missing from it) when it does not say.
+    :param servers: the failed host's instances (for their flavors'
+        vCPUs; an instance the snapshot lists is found there too).
+    :param on_the_way: host -> server ids this evacuation sent there that
+        Nova does not list there yet (counted as used).
+    :param asked_since_free: host -> server ids asked for there after
+        ``free`` was read (subtracted from it).
+    """
+    vcpus = {s.id: s.flavor.vcpus for s in snapshot.servers_on(failed_host)}
+    vcpus.update({s.id: s.flavor.vcpus for s in servers})
+    moving = {h: list(ids) for h, ids in (on_the_way or {}).items()}
+    asked = {h: list(ids) for h, ids in (asked_since_free or {}).items()}
+    aggs = frozenset(a.name for a in snapshot.aggregates_of(failed_host))
+    zone = _zone(failed_host, snapshot)
+    hosts = {}
+    for svc in snapshot.services:
+        if svc.host == failed_host:
+            continue
+        listed = snapshot.servers_on(svc.host)
+        coming = moving.get(svc.host, [])
+        used = sum(s.flavor.vcpus or 0 for s in listed) + sum(
+            vcpus.get(i) or 0 for i in coming)
+        room = None if free is None else free.get(svc.host)
+        if room is not None:
+            room -= sum(vcpus.get(i) or 0 for i in asked.get(svc.host, []))
+        mine = frozenset(a.name for a in snapshot.aggregates_of(svc.host))
+        its_zone = _zone(svc.host, snapshot)
+        if mine & aggs:
+            closeness = SAME_AGGREGATE
+        elif zone is not None and its_zone == zone:
+            closeness = SAME_ZONE
+        else:
+            closeness = ELSEWHERE
+        hosts[svc.host] = HostRoom(
+            host=svc.host,
+            eligible=(svc.state == model.UP and not svc.disabled
+                      and not svc.forced_down),
+            free_vcpus=room, used_vcpus=used,
+            instances=len(listed) + len(coming), zone=its_zone,
+            aggregates=mine, closeness=closeness)
+    return PlacementView(
+        failed_host=failed_host, hosts=types.MappingProxyType(hosts),
+        spare=spare, needs=types.MappingProxyType(vcpus),
+        failed_aggregates=aggs, failed_zone=zone)
