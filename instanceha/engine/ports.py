@@ -551,7 +551,7 @@ class GuardedFencer(_Wrapper, Fencer):
 #: Port methods that change nothing (everything else must be guarded).
 READ_ONLY = {
     CloudPort: frozenset({'snapshot', 'read_services', 'get_server',
-                          'migrations', 'action_errors'}),
+                          'migrations', 'action_errors', 'free_vcpus'}),
     Fencer: frozenset({'configured', 'power_state'}),
 }
 
