@@ -1,0 +1,670 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The evacuation of one fenced host: the mechanism (R10, R12, R17).
+
+For each fenced host the engine asks the configured strategy (a policy
+plugin, :mod:`instanceha.plugins.evacuation.base`) for an
+:class:`EvacuationJob` and then calls :meth:`EvacuationJob.step` once per
+tick in a worker thread. A step checks the instances already being
+rebuilt (through Nova's migration records, so the truth is in Nova and
+survives a restart), restores their power state, unlocks them, and starts
+up to ``budget`` new evacuations. The strategy is consulted for policy
+only: the order (``priority``), which pending instances may start now
+(``ready``), retries, time-outs and locking.
+
+Restart limits (R17): an instance is retried on the same destination at
+most ``[evacuation] same_target_retries`` times, then on other hosts, and
+after ``retries`` retries in all it is given up (a terminal state that
+marks its host FAILED). Between two attempts of one instance the job waits
+``[evacuation] retry_interval`` seconds, doubled after each failure up to
+``retry_max_interval``: a conflict (task_state) or a full cloud ("No
+valid host") rarely clears within a second.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import enum
+import re
+
+from instanceha.engine import events
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha import exceptions
+
+#: Migration statuses of an evacuation that is still running.
+MIGRATION_RUNNING = frozenset({'accepted', 'pre-migrating', 'migrating',
+                               'running', 'queued', 'preparing'})
+#: Statuses of an evacuation whose rebuild finished.
+MIGRATION_DONE = frozenset({'done', 'completed'})
+#: Anything else (failed, error, cancelled) is a failed attempt.
+
+LOCK_REASON = 'instanceha: evacuating from %s'
+_LOCK_RE = re.compile(r'^instanceha: evacuating from (?P<host>\S+)'
+                      r'(?: \(was (?P<was>[A-Z_]+)\))?$')
+
+
+def lock_reason(host: str, was: str | None) -> str:
+    """Our lock reason, read back after a restart.
+
+    It says the lock is ours (we never unlock a lock we did not take) and
+    what the instance's status was before (restored after its rebuild).
+    """
+    text = LOCK_REASON % host
+    return '%s (was %s)' % (text, was) if was else text
+
+
+def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
+    """(locked by us for ``host``, status before) from Nova's lock reason.
+
+    A lock whose reason is not ours is someone else's (its owner's), and
+    is left exactly as it is.
+    """
+    if not server.locked:
+        return False, None
+    m = _LOCK_RE.match(server.locked_reason or '')
+    if not m or m.group('host') != host:
+        return False, None
+    return True, m.group('was')
+
+
+#: A proof that the host is off is fresh for this many seconds: every
+#: evacuate call needs one at most this old (a device read costs time,
+#: the calls of one step follow each other within it).
+PROOF_TTL = 2.0
+
+
+def nova_failed(exc: exceptions.CloudError) -> bool:
+    """True when Nova did not answer a call (5xx, timeout, unreachable).
+
+    Such a call may or may not have been carried out; a 4xx is a refusal:
+    Nova looked at the request and did not do it.
+    """
+    status = getattr(exc, 'status', None)
+    return status is None or status >= 500
+
+
+class TaskState(str, enum.Enum):
+    PENDING = 'pending'
+    IN_FLIGHT = 'in_flight'
+    DONE = 'done'
+    FAILED = 'failed'
+
+
+@dataclasses.dataclass
+class InstanceTask:
+    """One instance's evacuation, as far as this service knows it."""
+
+    server_id: str
+    name: str
+    #: Status before the failure (to restore), None when unknown (resumed
+    #: after an earlier failed attempt had already changed it).
+    original_status: str | None
+    priority: int = 0
+    state: TaskState = TaskState.PENDING
+    #: Evacuate calls made (accepted or refused).
+    attempts: int = 0
+    #: Ids of this server's migration records already accounted for: the
+    #: record of a new attempt is the one not among them (time stamps of
+    #: two quick attempts may be equal, ids never are).
+    known: set[str] = dataclasses.field(default_factory=set)
+    #: The record of the attempt being watched, once seen.
+    current: str | None = None
+    #: Destination host -> failed rebuilds there (R17).
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Host asked for in the next/current call; None lets Nova choose.
+    target: str | None = None
+    dest: str | None = None
+    reason: str = ''
+    #: Monotonic time the current attempt was accepted.
+    started: float | None = None
+    #: Monotonic time before which a failed instance is not tried again
+    #: (retry back-off); None: may start now.
+    not_before: float | None = None
+    #: The fire-and-forget notion of success: Nova accepted the call.
+    accepted: bool = False
+    locked_by_us: bool = False
+    #: Resumed without knowing whether we locked it: unlock only if Nova
+    #: says it is locked.
+    verify_lock: bool = False
+    #: Locked by someone else before we started: left exactly as it is.
+    foreign_lock: bool = False
+    #: The last evacuate call got no answer (Nova failed: 5xx, timeout,
+    #: unreachable): Nova may have carried it out. Checked on Nova before
+    #: the instance is evacuated again.
+    unanswered: bool = False
+    #: Evacuate calls Nova failed to answer (not counted as attempts:
+    #: Nova's fault is not the instance's; only spaces the calls out).
+    nova_errors: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where one host's evacuation stands after a step."""
+
+    #: The host workflow may move on (no more work it must wait for).
+    complete: bool
+    #: Nothing left to watch (no instance pending or in flight).
+    settled: bool
+    succeeded: tuple[str, ...]
+    #: Server id -> why it was given up.
+    failed: dict[str, str]
+    in_flight: int
+    #: Hosts that received (or are receiving) an instance.
+    landed_on: frozenset[str]
+    #: Set when evacuations were due but the host was not proven off
+    #: now: what its devices said (``on``: it runs again).
+    unproven: ports.PowerReading | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    env: ports.Environment
+    #: The latest snapshot (to pick other targets); may be None.
+    snapshot: model.Snapshot | None
+    #: How many new evacuations this step may start.
+    budget: int
+    #: Reads the host's power (or kdump) now; every evacuate call needs a
+    #: proof no older than PROOF_TTL. None: no proof asked (tests only).
+    prove_off: Callable[[], ports.PowerReading] | None = None
+    #: Monotonic time of the latest proof the engine holds (the fence).
+    proven_at: float | None = None
+
+
+class EvacuationJob:
+    """The evacuation of one fenced host; advanced by :meth:`step`."""
+
+    def __init__(self, strategy, host: str,
+                 servers: list[model.Server], target: str | None,
+                 since):
+        self.strategy = strategy
+        self.host = host
+        self.target = target
+        #: Migration records older than this are not ours.
+        self.since = since
+        self._servers = sorted(servers, key=lambda s: s.id)
+        self.tasks: dict[str, InstanceTask] = {}
+        self._classified = False
+        #: Why nothing more is started (the host left our hands).
+        self._stopped: str | None = None
+        #: Monotonic time of this job's latest proof that the host is off.
+        self._proven_at: float | None = None
+
+    # -- helpers ----------------------------------------------------------
+
+    def _emit(self, env, event, **details):
+        env.events.emit(event, self.host, **details)
+
+    def _records(self, env, snapshot: model.Snapshot | None = None
+                 ) -> dict[str, list[model.Migration]]:
+        out: dict[str, list[model.Migration]] = {}
+        # Nova writes created_at on its own clock.
+        since = (snapshot.nova_now(self.since)
+                 if snapshot is not None and self.since is not None
+                 else self.since)
+        for mig in env.cloud.migrations(source_host=self.host,
+                                        since=self.since):
+            if mig.migration_type not in ('evacuation', None):
+                continue
+            if (since is not None and mig.created_at is not None
+                    and mig.created_at < since):
+                # Made in an earlier failure of this host and updated
+                # since (its host's boot completes them): not ours now.
+                continue
+            out.setdefault(mig.server_id, []).append(mig)
+        for recs in out.values():
+            recs.sort(key=lambda m: (m.created_at is not None,
+                                     m.created_at, m.id), reverse=True)
+        return out
+
+    def _classify(self, env, records) -> None:
+        """Build the task list from the servers and Nova's records.
+
+        Run once, also when resuming after a restart: an instance with a
+        running evacuation is watched, not evacuated again; one already
+        rebuilt elsewhere is only unlocked.
+        """
+        for srv in self._servers:
+            recs = records.get(srv.id, [])
+            live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
+                r for r in recs if r.status in MIGRATION_DONE]
+            ours, was = our_lock(srv, self.host)
+            if srv.locked and not ours and srv.locked_reason is None:
+                # A cloud that does not report lock reasons: a lock on an
+                # instance we evacuated before is taken to be ours.
+                ours = bool(recs)
+            task = InstanceTask(
+                server_id=srv.id, name=srv.name,
+                original_status=was or (srv.status if (
+                    srv.status in model.EVACUABLE_STATUSES and not any(
+                        r.status not in MIGRATION_RUNNING | MIGRATION_DONE
+                        for r in recs)) else None),
+                priority=self.strategy.priority(srv),
+                target=self.target, attempts=len(recs),
+                known={r.id for r in recs},
+                locked_by_us=ours, foreign_lock=srv.locked and not ours)
+            for rec in recs:
+                if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
+                        and rec.dest_host):
+                    task.failures[rec.dest_host] = task.failures.get(
+                        rec.dest_host, 0) + 1
+            if live or srv.task_state == 'rebuilding':
+                # Being rebuilt (its record may not be listed yet): watched,
+                # never evacuated again; its record is picked up when listed.
+                task.current = live[0].id if live else None
+                task.state = TaskState.IN_FLIGHT
+                task.accepted = True
+                task.started = env.clock.monotonic()
+            elif len(recs) > self.strategy.retries:
+                # Given up before a restart: Nova's records of its failed
+                # attempts say so; it is never evacuated again.
+                task.state = TaskState.FAILED
+                task.reason = ('given up after %d failed attempt(s)'
+                               % len(recs))
+                task.locked_by_us = ours
+            elif srv.status not in model.EVACUABLE_STATUSES:
+                # Nova evacuates only ACTIVE, ERROR and SHUTOFF (R10);
+                # say so, so that nobody waits for it.
+                self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
+                           status=srv.status)
+                continue
+            self.tasks[srv.id] = task
+        for server_id in sorted(set(records) - set(self.tasks)):
+            # Left the host already (rebuilt elsewhere) before a restart:
+            # watch it to the end so that it is unlocked.
+            recs = records[server_id]
+            live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
+                r for r in recs if r.status in MIGRATION_DONE]
+            if not live:
+                continue  # every attempt failed: it is not ours to watch
+            self.tasks[server_id] = InstanceTask(
+                server_id=server_id, name=server_id, original_status=None,
+                state=TaskState.IN_FLIGHT, attempts=len(recs),
+                known={r.id for r in recs}, current=live[0].id,
+                accepted=True, locked_by_us=True,
+                started=env.clock.monotonic(), verify_lock=True)
+        self._classified = True
+
+    def _unlock(self, env, task: InstanceTask) -> None:
+        if not task.locked_by_us:
+            return
+        try:
+            env.cloud.set_server_lock(task.server_id, False)
+        except exceptions.CloudError as exc:
+            if getattr(exc, 'status', None) != 404:
+                raise
+        task.locked_by_us = False
+        self._emit(env, events.SERVER_UNLOCKED, server=task.server_id)
+
+    def _give_up(self, env, task: InstanceTask, reason: str) -> None:
+        task.state = TaskState.FAILED
+        task.reason = reason
+        self._emit(env, events.EVACUATE_GAVE_UP, server=task.server_id,
+                   attempts=task.attempts, reason=reason)
+        self._unlock(env, task)
+
+    def _next_target(self, task: InstanceTask,
+                     snapshot: model.Snapshot | None) -> str | None:
+        """R17: same destination a bounded number of times, then others."""
+        limit = self.strategy.same_target_retries
+        if task.target is not None and task.failures.get(task.target,
+                                                         0) <= limit:
+            return task.target
+        if not any(n > limit for n in task.failures.values()):
+            return task.target
+        if snapshot is None:
+            return None
+        candidates = sorted(
+            (task.failures.get(s.host, 0), s.host)
+            for s in snapshot.services
+            if s.host != self.host and s.state == model.UP
+            and not s.disabled and not s.forced_down
+            and task.failures.get(s.host, 0) <= limit)
+        return candidates[0][1] if candidates else None
+
+    def _failed_attempt(self, env, task, failed_on, why, snapshot,
+                        event, **details) -> None:
+        """Report a failed attempt (``event``), then retry or give up.
+
+        A retry waits ``retry_delay`` seconds (reported as ``retry_in``):
+        back-off, so that a conflict or a full cloud has time to clear.
+        """
+        if failed_on:
+            task.failures[failed_on] = task.failures.get(failed_on, 0) + 1
+        if task.attempts > self.strategy.retries:
+            self._emit(env, event, server=task.server_id,
+                       attempt=task.attempts, **details)
+            self._give_up(env, task, why)
+            return
+        delay = self.strategy.retry_delay(task.attempts)
+        self._emit(env, event, server=task.server_id, attempt=task.attempts,
+                   retry_in=delay, **details)
+        task.state = TaskState.PENDING
+        task.accepted = False
+        task.target = self._next_target(task, snapshot)
+        task.not_before = env.clock.monotonic() + delay if delay else None
+
+    def _restore_power_state(self, env, task,
+                             server: model.Server) -> str | None:
+        """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
+
+        Nova (microversion 2.94) stops a rebuilt SHUTOFF server itself; a
+        retried one was ERROR when evacuated and comes back ACTIVE.
+        """
+        want = task.original_status
+        if want == 'ERROR' and server.status != 'ERROR':
+            env.cloud.reset_server_state(task.server_id, 'error')
+        elif want == 'SHUTOFF' and server.status == 'ACTIVE':
+            env.cloud.stop_server(task.server_id)
+        else:
+            return None
+        self._emit(env, events.POWER_STATE_RESTORED, server=task.server_id,
+                   status=want)
+        return want
+
+    def _done(self, env, task, server: model.Server) -> None:
+        """The server was rebuilt elsewhere: restore, report, unlock."""
+        restored = self._restore_power_state(env, task, server)
+        task.state = TaskState.DONE
+        task.dest = server.host
+        # The status Nova reports (after our restore), never an assumed one.
+        self._emit(env, events.EVACUATE_DONE, server=task.server_id,
+                   dest=server.host, status=restored or server.status)
+        self._unlock(env, task)
+
+    # -- one step ---------------------------------------------------------
+
+    def _check(self, env, task, records, snapshot) -> None:
+        recs = records.get(task.server_id, [])
+        timeout = self.strategy.timeout
+        overdue = (task.started is not None and timeout and
+                   env.clock.monotonic() - task.started > timeout)
+        if task.current is None:
+            new = [r for r in recs if r.id not in task.known]
+            if new:
+                task.current = new[0].id
+                task.known.add(new[0].id)
+        rec = next((r for r in recs if r.id == task.current), None)
+        if rec is None or rec.status in MIGRATION_RUNNING:
+            if overdue:
+                self._give_up(env, task, 'rebuild did not finish within '
+                              '%d s' % timeout)
+            return
+        if rec.status in MIGRATION_DONE:
+            try:
+                server = env.cloud.get_server(task.server_id)
+            except exceptions.CloudError as exc:
+                if getattr(exc, 'status', None) != 404:
+                    raise
+                task.state = TaskState.DONE
+                task.reason = 'deleted'
+                return
+            if server.task_state or server.host == self.host:
+                if overdue:
+                    self._give_up(env, task, 'rebuild did not settle within '
+                                  '%d s' % timeout)
+                return
+            if task.verify_lock:
+                ours, was = our_lock(server, self.host)
+                task.locked_by_us = ours or (server.locked and
+                                             server.locked_reason is None)
+                task.original_status = task.original_status or was
+            self._done(env, task, server)
+            return
+        task.current = None
+        if rec.dest_host:
+            reason = 'rebuild on %s ended %s' % (rec.dest_host, rec.status)
+        else:
+            reason = ('rebuild ended %s before Nova chose a destination'
+                      % rec.status)
+        # A record without a destination ("No valid host") failed on the
+        # host we asked for, if we asked for one (a full spare): it counts
+        # against that host, so that the next attempts go elsewhere (R17).
+        self._failed_attempt(env, task, rec.dest_host or task.target,
+                             reason, snapshot, events.EVACUATE_FAILED,
+                             dest=rec.dest_host, reason=reason)
+
+    def _start(self, env, task: InstanceTask, snapshot) -> None:
+        if (self.strategy.lock_instances and not task.locked_by_us and
+                not task.foreign_lock):
+            env.cloud.set_server_lock(task.server_id, True, lock_reason(
+                self.host, task.original_status))
+            task.locked_by_us = True
+            self._emit(env, events.SERVER_LOCKED, server=task.server_id)
+        task.attempts += 1
+        try:
+            env.cloud.evacuate(task.server_id, host=task.target)
+        except exceptions.CloudError as exc:
+            if nova_failed(exc):
+                self._unanswered(env, task, exc)
+                return
+            # A refusal naming a target may be the target's fault (R17:
+            # after same_target_retries, try elsewhere).
+            self._failed_attempt(env, task, task.target,
+                                 'evacuate refused: %s' % exc, snapshot,
+                                 events.EVACUATE_REFUSED, reason=str(exc))
+            return
+        task.current = None
+        task.state = TaskState.IN_FLIGHT
+        task.accepted = True
+        task.started = env.clock.monotonic()
+        self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
+                   target=task.target, attempt=task.attempts)
+
+    def _unanswered(self, env, task: InstanceTask,
+                    exc: exceptions.CloudError) -> None:
+        """Nova did not answer an evacuate call: it may have done it.
+
+        Not an attempt of the instance (Nova's fault is not its fault, and
+        must never mark its host FAILED); before calling again, the next
+        step asks Nova whether the call was carried out
+        (:meth:`_reconcile`), so that an instance is never evacuated twice
+        and never from a host it has already left.
+        """
+        task.attempts -= 1
+        task.nova_errors += 1
+        task.unanswered = True
+        delay = self.strategy.retry_delay(task.nova_errors)
+        task.not_before = env.clock.monotonic() + delay if delay else None
+        self._emit(env, events.EVACUATE_UNANSWERED, server=task.server_id,
+                   attempt=task.attempts + 1, retry_in=delay,
+                   reason=str(exc))
+
+    def _reconcile(self, env, task: InstanceTask, records) -> None:
+        """Did Nova carry out the evacuate call it did not answer?
+
+        A migration record we do not know yet, or the instance being
+        rebuilt or gone from the host, says it did: the instance is then
+        watched like any accepted evacuation. Otherwise it is still on the
+        failed host, idle, and the call is made again.
+        """
+        new = [r for r in records.get(task.server_id, [])
+               if r.id not in task.known]
+        server = None
+        if not new:
+            try:
+                server = env.cloud.get_server(task.server_id)
+            except exceptions.CloudError as exc:
+                if getattr(exc, 'status', None) != 404:
+                    raise
+                task.unanswered = False
+                task.state = TaskState.DONE
+                task.reason = 'deleted'
+                return
+            if not server.task_state and server.host == self.host:
+                task.unanswered = False  # not carried out: call again
+                return
+        task.unanswered = False
+        task.attempts += 1
+        task.accepted = True
+        task.not_before = None
+        if server is not None and not server.task_state:
+            # Gone from the host and settled, with no record of ours
+            # listed (yet): it runs elsewhere.
+            self._done(env, task, server)
+            return
+        task.state = TaskState.IN_FLIGHT
+        task.current = None
+        task.started = env.clock.monotonic()
+        self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
+                   target=task.target, attempt=task.attempts,
+                   confirmed='Nova carried out the unanswered call')
+
+    def step(self, ctx: StepContext) -> Progress:
+        """Check running evacuations, then start up to ``ctx.budget``."""
+        env = ctx.env
+        if env.guard is not None:
+            # A job queued while this copy led may run after it stopped
+            # leading: it then neither acts nor tells a story.
+            env.guard.check('evacuation step of %s' % self.host)
+        records = None
+        budget = ctx.budget
+        if not self._classified:
+            records = self._records(env, ctx.snapshot)
+            self._classify(env, records)
+            if self.strategy.tracks:
+                # Rebuilds found running (a resumed job) count against the
+                # cap the budget was computed without.
+                budget -= self.in_flight
+        for task in self._sorted():
+            # An unlock that failed after the task ended is retried.
+            if task.state in (TaskState.DONE, TaskState.FAILED):
+                self._unlock(env, task)
+        watching = [t for t in self._sorted()
+                    if t.state is TaskState.IN_FLIGHT]
+        unanswered = [t for t in self._sorted() if t.unanswered]
+        if watching or unanswered:
+            if records is None:
+                records = self._records(env, ctx.snapshot)
+            for task in watching:
+                self._check(env, task, records, ctx.snapshot)
+            for task in unanswered:
+                self._reconcile(env, task, records)
+        self._stop_if_given_up(env)
+        if self._stopped is not None:
+            for task in self._sorted():
+                if task.state is TaskState.PENDING:
+                    task.state = TaskState.FAILED
+                    task.reason = self._stopped
+                    self._emit(env, events.EVACUATE_SKIPPED,
+                               server=task.server_id, reason=self._stopped)
+                    self._unlock(env, task)
+            return self.progress()
+        now = env.clock.monotonic()
+        for task in self.strategy.ready(self._sorted()):
+            if budget <= 0 or not env.coordinator.is_leader():
+                break
+            if task.not_before is not None and now < task.not_before:
+                continue  # backing off after a failed attempt
+            reading = self._proof(env, ctx)
+            if reading is not None:
+                return dataclasses.replace(self.progress(),
+                                           unproven=reading)
+            task.not_before = None
+            self._start(env, task, ctx.snapshot)
+            budget -= 1
+        return self.progress()
+
+    def _proof(self, env, ctx: StepContext) -> ports.PowerReading | None:
+        """None when the host is proven off now; else what was read.
+
+        A proof older than :data:`PROOF_TTL` is renewed before the next
+        evacuate call: the host must be off *now*, not only when it was
+        fenced (someone may have powered it on since).
+        """
+        if ctx.prove_off is None:
+            return None
+        last = max([t for t in (ctx.proven_at, self._proven_at)
+                    if t is not None], default=None)
+        now = env.clock.monotonic()
+        if last is not None and now - last <= PROOF_TTL:
+            return None
+        reading = ctx.prove_off()
+        if not reading.off:
+            return reading
+        self._proven_at = env.clock.monotonic()
+        return None
+
+    def _stop_if_given_up(self, env) -> None:
+        """R12: once one instance is given up, evacuate nothing more.
+
+        Rebuilds already running are left to finish (never disturbed);
+        instances not yet started are reported as not evacuated, so the
+        host is marked FAILED and an operator decides about them.
+        """
+        if not self.strategy.stop_on_failure:
+            return
+        given_up = sorted(t.server_id for t in self.tasks.values()
+                          if t.state is TaskState.FAILED)
+        if not given_up:
+            return
+        for task in self._sorted():
+            if task.state is TaskState.PENDING:
+                self._give_up(env, task, 'not evacuated: evacuation of %s '
+                              'stopped after %s was given up'
+                              % (self.host, given_up[0]))
+
+    def stop(self, reason: str) -> None:
+        """Start nothing more: pending instances are left where they are.
+
+        Rebuilds already running are watched to their end (and their
+        instances unlocked) by later steps.
+        """
+        self._stopped = reason
+
+    def release(self, env: ports.Environment) -> None:
+        """Unlock what is locked but not being rebuilt (clean shutdown).
+
+        Instances in flight stay locked: the next start watches them to
+        the end and unlocks them then.
+        """
+        for task in self._sorted():
+            if task.state is not TaskState.IN_FLIGHT:
+                self._unlock(env, task)
+
+    # -- results ----------------------------------------------------------
+
+    def _sorted(self) -> list[InstanceTask]:
+        return [self.tasks[k] for k in sorted(self.tasks)]
+
+    def wants_more(self) -> bool:
+        """Whether some instance still waits for its evacuation call."""
+        return not self._classified or any(
+            t.state is TaskState.PENDING for t in self.tasks.values())
+
+    @property
+    def in_flight(self) -> int:
+        return sum(1 for t in self.tasks.values()
+                   if t.state is TaskState.IN_FLIGHT)
+
+    def progress(self) -> Progress:
+        tasks = self._sorted()
+        open_ = [t for t in tasks if t.state in (TaskState.PENDING,
+                                                 TaskState.IN_FLIGHT)]
+        if self.strategy.tracks:
+            ok = [t for t in tasks if t.state is TaskState.DONE]
+            complete = not open_
+        else:
+            ok = [t for t in tasks if t.accepted or
+                  t.state is TaskState.DONE]
+            complete = not any(t.state is TaskState.PENDING for t in tasks)
+        landed = {t.dest for t in tasks if t.dest}
+        landed |= {t.target for t in tasks
+                   if t.state is TaskState.IN_FLIGHT and t.target}
+        return Progress(
+            complete=self._classified and complete,
+            settled=self._classified and not open_,
+            succeeded=tuple(t.server_id for t in ok),
+            failed={t.server_id: t.reason for t in tasks
+                    if t.state is TaskState.FAILED},
+            in_flight=self.in_flight,
+            landed_on=frozenset(landed))

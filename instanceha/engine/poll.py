@@ -1,0 +1,364 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The poll half of the recovery engine: snapshot, adopt, plan, start.
+
+Every ``poll`` seconds the engine reads a snapshot of the cloud, adopts
+hosts whose Nova marker says a recovery is under way (so a restarted
+service or a new leader resumes exactly where the last one stopped),
+follows an operator's hand-back, asks
+:func:`instanceha.engine.decide.make_plan` which failed hosts to recover,
+starts their workflows, and says every poll what waits for whom
+(reminders, detect-only reports).
+"""
+
+import dataclasses
+import datetime
+import logging
+
+from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import tick
+from instanceha.engine import watch
+from instanceha.engine import workflow
+from instanceha.engine.workflow import HostWorkflow
+from instanceha.engine.workflow import LOG
+from instanceha.engine.workflow import S
+from instanceha import exceptions
+
+
+class Poll(tick.Plumbing):
+    """The cycle: snapshot, adoption, hand-back, plan, new workflows."""
+
+    def _services_interval(self) -> float:
+        try:
+            return float(self.conf.detection.services_interval)
+        except (AttributeError, KeyError, TypeError,
+                ValueError):  # a conf without the option: the default
+            return 0.0
+
+    def _services_tell_all(self) -> bool:
+        """Whether the compute services alone show every failure.
+
+        True when every configured detector judges from Nova's services
+        only; another witness (heartbeats, kdump) may see a failure Nova
+        does not, so then the full picture is read every poll as well.
+        """
+        return all(getattr(d, 'judges_services_only', False)
+                   for d in self.drivers.detectors)
+
+    def _full_read_due(self, mono: float, answered: bool) -> bool:
+        """Read the services alone when due; is a full read needed now?
+
+        See :mod:`instanceha.engine.watch`: at once when the services
+        show news, every poll while anything is not healthy, never while
+        every host is healthy.
+        """
+        poll_due = self._next_poll is None or mono >= self._next_poll
+        w = self._watch
+        if answered:
+            return True
+        if self.snapshot is None or w.seen is None:
+            return poll_due
+        if w.due(mono):
+            snap = w.read(self.env.cloud, mono)
+            if snap is None:
+                return poll_due  # the full read reports Nova's trouble
+            self.snapshot = dataclasses.replace(
+                self.snapshot, services=snap.services,
+                taken_at=snap.taken_at, clock_skew=snap.clock_skew)
+            seen = watch.attention(self.snapshot, self.env.clock.now(),
+                                   self.conf.delta, skip=self._workflows)
+            w.quiet = (not seen and not self._workflows and
+                       self._services_tell_all())
+            if seen != w.seen and self._fresh:
+                return True
+        if poll_due and w.quiet:
+            self._next_poll = mono + self.conf.poll
+            return False
+        return poll_due
+
+    def _plan(self, snapshot, now, recovering):
+        if self._planner is not None:
+            return self._planner(snapshot, now, recovering)
+        from instanceha.engine import decide
+        return decide.make_plan(snapshot, self.drivers, self.conf, now,
+                                recovering=recovering,
+                                submit=self.env.executor.submit)
+
+    def _take_snapshot(self) -> model.Snapshot:
+        kwargs = {}
+        try:
+            from instanceha.engine import decide
+            kwargs = decide.snapshot_needs(self.drivers)
+        except (ImportError, AttributeError):
+            pass
+        return self.env.cloud.snapshot(**kwargs)
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        try:
+            snapshot = self._take_snapshot()
+        except exceptions.InstanceHAError as exc:
+            # The plan that chose the hosts waiting to be fenced may be
+            # stale now (a mass failure may be under way): they wait for a
+            # cycle that reads Nova again (see _advance).
+            self._fresh = False
+            held = tuple(h for h in sorted(self._workflows)
+                         if self._workflows[h].state in workflow.NEEDS_FRESH_PLAN)
+            details = {'held': held} if held else {}
+            self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
+            return
+        self._fresh = True
+        self.snapshot = snapshot
+        self._watch.read_done(self.env.clock.monotonic(),
+                              len(snapshot.services))
+        # Fencing keys are matched against every Nova host name: a short
+        # key naming two hosts serves neither.
+        learn = getattr(self.env.fencer, 'learn_hosts', None)
+        if learn is not None:
+            learn(s.host for s in snapshot.services)
+        now = self.env.clock.now()
+        if not self.conf.disabled:
+            self._adopt(snapshot)
+        # Hosts in suspect or fence_failed are judged again every cycle (a
+        # host back up, or a gate now blocking, ends their workflow); the
+        # planner knows they were started already (per-cycle cap).
+        recovering = {h: wf.state for h, wf in self._workflows.items()}
+        plan = self._plan(snapshot, now, recovering)
+        if not self.conf.disabled:  # an operator's pause holds new work
+            plan = self.pause.apply(plan)
+        self.plan = plan
+        self._log_plan(plan, blocks=not self.conf.disabled)
+        self._report_block(plan.blocked_by if not self.conf.disabled
+                           else ())
+        if self.conf.disabled:
+            self._report_held(snapshot, now, recovering)
+            return
+        to_recover = {d.host: d for d in plan.to_recover()}
+        for host in sorted(to_recover):
+            if host not in self._workflows:
+                self._workflows[host] = HostWorkflow(
+                    host=host, state=S.HEALTHY, entered=now, detected=now,
+                    servers=tuple(to_recover[host].servers),
+                    recovery=workflow.new_recovery_id())
+                self._transition(self._workflows[host], S.SUSPECT,
+                                 reason='; '.join(to_recover[host].reasons))
+        for host in sorted(self._workflows):
+            wf = self._workflows[host]
+            if wf.state in (S.SUSPECT, S.FENCE_FAILED) and wf.future is None:
+                if host not in to_recover:
+                    decision = plan.decision(host)
+                    why = ('; '.join(decision.reasons) if decision else
+                           'no longer listed by Nova')
+                    self._transition(wf, S.HEALTHY,
+                                     reason='no longer to recover: %s'
+                                     % (why or decision.decision.value))
+                    continue
+                wf.servers = tuple(to_recover[host].servers)
+            if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
+                    and wf.future is None
+                    and snapshot.service(host) is None):
+                # Its compute service was deleted: no marker left to keep
+                # and nothing to enable. Should it come back with our
+                # marker, the marker is adopted again.
+                self._transition(wf, S.HEALTHY, reason=(
+                    'its nova-compute service is no longer listed by Nova '
+                    '(deleted); nothing left to recover'))
+                continue
+            if wf.state is S.FENCE_FAILED:
+                self._emit(events.FENCE_PENDING, host, attempts=wf.attempts,
+                           retry_in=int(max(0, wf.retry_at -
+                                            self.env.clock.monotonic())),
+                           reason=wf.reason)
+            elif wf.state is S.WAITING_UP:
+                self._check_up_timeout(wf, now)
+            elif wf.state is S.FAILED and wf.future is None:
+                self._emit(events.HOST_FAILED_PENDING, host,
+                           action=workflow.operator_action(host))
+
+    @staticmethod
+    def _log_plan(plan: plan_mod.Plan, blocks: bool = True) -> None:
+        """Healthy hosts at debug; anything else is news (R5: logged).
+
+        A whole-plan block (a mass failure) is a warning, once a poll.
+        """
+        for d in plan.decisions:
+            level = (logging.DEBUG if d.decision is plan_mod.Decision.HEALTHY
+                     else logging.INFO)
+            LOG.log(level, 'plan: %s', d.line())
+        for why in plan.blocked_by if blocks else ():
+            LOG.warning('plan blocked by %s', why)
+
+    def _report_block(self, blocked_by: tuple[str, ...]) -> None:
+        """An event when a whole-plan block starts, changes or ends.
+
+        The warning above repeats every poll for the log's reader; the
+        event is for receivers that page someone, once per change.
+        """
+        blocked_by = tuple(blocked_by)
+        if blocked_by == self._blocked_by:
+            return
+        self._blocked_by = blocked_by
+        if blocked_by:
+            self._emit(events.PLAN_BLOCKED, by=blocked_by)
+        else:
+            self._emit(events.PLAN_UNBLOCKED)
+
+    def _what_if(self, snapshot, now, recovering) -> plan_mod.Plan:
+        """The plan without the ``disabled`` gate, to say what is held.
+
+        Only side-effect-free gates are asked (a veto hook would be sent
+        a proposal nobody is going to carry out).
+        """
+        from instanceha.engine import decide
+        gates = [g for g in self.drivers.gates if getattr(g, 'pure', False)
+                 and not getattr(g, 'detect_only', False)]
+        drivers = dataclasses.replace(self.drivers, gates=gates)
+        return decide.make_plan(snapshot, drivers, self.conf, now,
+                                recovering=recovering)
+
+    def _report_held(self, snapshot, now, recovering) -> None:
+        """Detect-only mode (R6): say every poll what is not being done.
+
+        A failed host the plan would recover, and every host whose
+        recovery is held where it stopped, gets a ``recovery_held``
+        warning; a whole-plan block (mass failure) is logged as usual.
+        """
+        what_if = self._what_if(snapshot, now, recovering)
+        for why in what_if.blocked_by:
+            LOG.warning('plan blocked by %s (and [DEFAULT] disabled = '
+                        'true)', why)
+        for d in what_if.decisions:
+            if d.decision is plan_mod.Decision.BLOCKED:
+                LOG.info('with [DEFAULT] disabled = false: %s', d.line())
+            if d.decision is plan_mod.Decision.RECOVER:
+                self._emit(events.RECOVERY_HELD, d.host,
+                           note='would recover, but [DEFAULT] disabled = '
+                                'true', reason='; '.join(d.reasons))
+            elif (d.decision is plan_mod.Decision.RECOVERING and
+                  d.recovery_state not in (None, S.FAILED,
+                                           S.LEFT_DISABLED)):
+                self._emit(events.RECOVERY_HELD, d.host,
+                           note='recovery held in %s while [DEFAULT] '
+                                'disabled = true' % d.recovery_state.value,
+                           state=d.recovery_state.value)
+
+    def _check_up_timeout(self, wf: HostWorkflow,
+                          now: datetime.datetime) -> None:
+        """Warn every poll about a host that does not come back up.
+
+        It is not power-cycled again: it was fenced and its instances
+        moved, so it harms nobody, while a host that boots slowly (or
+        whose nova-compute cannot reach the control plane) would be
+        killed in the middle of its start. It keeps counting as unhealthy
+        for the gates until it is up or an operator takes it over.
+        """
+        waited = int((now - wf.entered).total_seconds())
+        if waited < self.conf.up_timeout:
+            return
+        self._emit(events.UP_OVERDUE, wf.host, waited=waited,
+                   forced_down_cleared=wf.cleared_at is not None,
+                   check=workflow.UP_OVERDUE_CHECK % {'host': wf.host})
+
+    def _adopt(self, snapshot: model.Snapshot) -> None:
+        """Resume hosts whose Nova marker says a recovery is under way."""
+        for svc in sorted(snapshot.services, key=lambda s: s.host):
+            parsed = (marker_mod.Marker.parse(svc.disabled_reason)
+                      if svc.disabled else None)
+            wf = self._workflows.get(svc.host)
+            if wf is not None:
+                self._handed_back(wf, svc, parsed)
+                continue
+            if parsed is None or parsed.state not in workflow.RESUMABLE:
+                continue
+            state, when = parsed.state, parsed.when
+            wf = HostWorkflow(host=svc.host, state=state, entered=when,
+                              detected=when, resumed=True,
+                              servers=tuple(snapshot.servers_on(svc.host)),
+                              spare=parsed.spare, kdump=parsed.kdump,
+                              since=(parsed.fenced_at or when) -
+                              workflow.MIGRATION_SLACK,
+                              recovery=parsed.recovery or workflow.new_recovery_id())
+            if wf.spare and state in (S.FENCED, S.EVACUATING):
+                self.drivers.reservation.adopt(svc.host, wf.spare)
+            else:
+                wf.spare = None  # a stale name: released or in service
+            self._workflows[svc.host] = wf
+            strategy = self.drivers.evacuation
+            if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
+                # Fire-and-forget moved on before the rebuilds ended; the
+                # previous run's aftercare is lost: watch them again so
+                # they are unlocked and their power state restored.
+                self._aftercare[svc.host] = dataclasses.replace(
+                    wf, job=strategy.begin(svc.host, [], since=wf.since))
+            self._emit(events.HOST_RESUMED, svc.host, state=state.value)
+
+    def _handed_back(self, wf: HostWorkflow, svc: model.Service,
+                     parsed) -> None:
+        """Follow an operator's ``instanceha-manage hosts clear``.
+
+        Only hosts waiting for an operator (failed, left_disabled) or to
+        come up (waiting_up) are handed back; the marker we wrote is gone
+        or replaced, so the table says where the host goes: waiting_up
+        (``hosts clear``: enabled once Nova reports it up) or healthy
+        (``--enable``, or disabled with the operator's own reason, which
+        takes it out of our hands).
+        """
+        if wf.future is not None:
+            return
+        why = workflow.operators_reason(svc)
+        if why is not None and wf.state not in (
+                workflow.NEEDS_FRESH_PLAN | {S.FAILED, S.LEFT_DISABLED,
+                                             S.WAITING_UP}):
+            self._hand_over(wf, why)
+            return
+        if wf.state not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
+            return
+        marker = parsed.state if parsed else None
+        if marker is S.WAITING_UP:
+            if wf.state is not S.WAITING_UP:
+                self._transition(wf, S.WAITING_UP,
+                                 reason='cleared by operator')
+                wf.cleared_at = wf.up_after = None
+            return
+        if marker is wf.state:
+            return
+        if marker is not None and marker in workflow.RESUMABLE:
+            why = 'marker changed to %s by someone else' % marker.value
+        elif svc.disabled:
+            why = 'disabled by an operator: %s' % (
+                svc.disabled_reason or 'no reason')
+        else:
+            why = 'enabled by an operator'
+        self._transition(wf, S.HEALTHY, reason=why[:200])
+
+    def _hand_over(self, wf: HostWorkflow, why: str) -> None:
+        """An operator took the host: our workflow ends where it stood.
+
+        Nothing more is done to the host (no marker, no power-on, no
+        enable). Rebuilds already running are watched to their end so
+        that their instances are unlocked; nothing new is started.
+        """
+        if wf.job is not None:
+            wf.job.stop('left to the operator: %s' % why)
+            if not wf.job.progress().settled:
+                self._aftercare[wf.host] = dataclasses.replace(
+                    wf, future=None, on_done=None)
+            wf.job = None
+        if wf.spare:
+            self.drivers.reservation.forget(wf.spare)
+        self._transition(wf, S.HEALTHY, reason=(
+            'taken over by an operator (%s); instanceha leaves it as it is'
+            % why)[:250])

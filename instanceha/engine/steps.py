@@ -1,0 +1,423 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The per-state steps of a host's recovery workflow.
+
+:data:`STEPS` maps each state of :data:`instanceha.engine.states.TRANSITIONS`
+that the engine moves on by itself to its step; states without one wait
+for someone else (an operator, a detector). A step runs in the tick
+thread, never blocks, and submits its slow work as a job
+(:meth:`instanceha.engine.tick.Plumbing._submit`) whose result is applied
+in the tick thread.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import datetime
+
+from instanceha.conf import evacuation as evacuation_conf
+from instanceha.engine import evacuation
+from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine import ports
+from instanceha.engine import tick
+from instanceha.engine import workflow
+from instanceha.engine.workflow import HostWorkflow
+from instanceha.engine.workflow import LOG
+from instanceha.engine.workflow import S
+from instanceha import exceptions
+
+
+class Steps(tick.Plumbing):
+    """One step per state (see :data:`STEPS`)."""
+
+    def _step_suspect(self, wf: HostWorkflow) -> None:
+        self._transition(wf, S.FENCING)
+        self._step_fencing(wf)
+
+    def _step_fence_failed(self, wf: HostWorkflow) -> None:
+        self._transition(wf, S.FENCING, attempt=wf.attempts + 1)
+        self._step_fencing(wf)
+
+    def _step_fencing(self, wf: HostWorkflow) -> None:
+        clock = self.env.clock
+        if self._kdump_on() and wf.attempts == 0:
+            if wf.kdump_deadline is None:
+                timeout = self._kdump_opt('kdump_timeout', 30)
+                wf.kdump_deadline = clock.monotonic() + timeout
+                self._emit(events.KDUMP_WAIT, wf.host, timeout=timeout)
+            # Only a dump in progress proves the host runs nothing: its
+            # messages must still arrive now (the last one within one
+            # message interval). A dump that ended may have been followed
+            # by a reboot.
+            last = self.env.kdump.last_message(wf.host)
+            live = datetime.timedelta(
+                seconds=self._kdump_opt('message_interval', 10))
+            if last is not None and clock.now() - last <= live:
+                self._fenced(wf, ports.FenceResult(
+                    host=wf.host, level=0, devices=(), kdump=True))
+                return
+            if clock.monotonic() < wf.kdump_deadline:
+                return
+        fencer = self.env.fencer
+        host = wf.host
+
+        def fence():
+            if not fencer.configured(host):
+                raise exceptions.FencingError(
+                    'host %s has no fencing configuration; it will not be '
+                    'evacuated (R9)' % host)
+            if not self.env.coordinator.is_leader():
+                raise exceptions.CoordinationError('not the leader')
+            return fencer.fence(host)
+
+        def done(result):
+            self._fenced(wf, result)
+
+        self._submit(wf, self._catching(fence, exceptions.FencingError),
+                     done)
+
+    def _fenced(self, wf: HostWorkflow, result) -> None:
+        if isinstance(result, Exception):
+            wf.attempts += 1
+            wf.reason = str(result)
+            wait = self._backoff(wf.attempts)
+            self._transition(wf, S.FENCE_FAILED, reason=wf.reason,
+                             attempts=wf.attempts, retry_in=int(wait))
+            wf.retry_at = self.env.clock.monotonic() + wait
+            return
+        wf.kdump = bool(result.kdump)
+        wf.fence_level = result.level
+        wf.proven_at = self.env.clock.monotonic()
+        details = {'kdump': True} if wf.kdump else {
+            'level': result.level, 'devices': tuple(result.devices)}
+        self._transition(wf, S.FENCED, **details)
+        if not self.conf.disabled:  # else held here (detect-only mode)
+            self._step_fenced(wf)
+
+    def _step_fenced(self, wf: HostWorkflow) -> None:
+        """Force down + disable with a marker (R10), then claim a spare."""
+        if not self.env.coordinator.is_leader():
+            return
+        snapshot = self.snapshot
+        reservation = self.drivers.reservation
+        if wf.since is None:
+            wf.since = self.env.clock.now() - workflow.MIGRATION_SLACK
+
+        def mark():
+            # The claim is in Nova (the fenced marker) before the spare is
+            # enabled: a copy resuming in between enables the same spare,
+            # none is ever lost from the pool.
+            claimed = wf.spare or reservation.claim(wf.host, snapshot)
+            self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
+            if not wf.spare_enabled:
+                wf.spare = reservation.reserve(self.env, wf.host, snapshot)
+                wf.spare_enabled = True
+            spare = wf.spare
+            self._mark(wf, S.EVACUATING)
+            return spare
+
+        def done(spare):
+            if spare:
+                self._emit(events.SPARE_CLAIMED, wf.host, spare=spare)
+            self._transition(wf, S.EVACUATING, forced_down=True,
+                             spare=spare)
+
+        self._submit(wf, mark, done)
+
+    def _budget(self, wf: HostWorkflow | None = None) -> int:
+        """How many evacuations the next step of ``wf`` may start.
+
+        Tracked strategies count the rebuilds they are watching (the
+        seed's WORKERS: instances evacuated at the same time);
+        fire-and-forget does not wait for rebuilds, so for it the cap only
+        bounds the calls started per tick. The cap is shared fairly: each
+        host being evacuated may hold at most its share of it (so the
+        first host in name order cannot starve the others while it
+        retries).
+        """
+        tracks = self.drivers.evacuation.tracks
+        cap = evacuation_conf.max_in_flight(self.conf)
+        used = 0
+        for other in self._all():
+            running = other.job.in_flight if (other.job and tracks) else 0
+            used += running + (other.budget if other.future is not None
+                               else 0)
+        free = max(0, cap - used)
+        if wf is None:
+            return free
+        sharing = [w for w in self._workflows.values()
+                   if w.state is S.EVACUATING and (
+                       w.job is None or w.job.wants_more())]
+        if len(sharing) <= 1:
+            return free
+        share = -(-cap // len(sharing))
+        own = wf.job.in_flight if (wf.job and tracks) else 0
+        return max(0, min(free, share - own))
+
+    def _step_evacuation(self, wf: HostWorkflow,
+                         aftercare: bool = False) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        strategy = self.drivers.evacuation
+        if wf.job is None:
+            servers = list(wf.servers)
+            if wf.resumed and self.plan is not None:
+                decision = self.plan.decision(wf.host)
+                if decision is not None:
+                    servers = list(decision.servers)
+            wf.job = strategy.begin(
+                wf.host, servers,
+                target=self.drivers.reservation.evacuation_target(wf.spare),
+                since=wf.since)
+        budget = 0 if aftercare else self._budget(wf)
+        wf.budget = budget
+        ctx = evacuation.StepContext(
+            env=self.env, snapshot=self.snapshot, budget=budget,
+            prove_off=None if aftercare else self._prover(wf),
+            proven_at=wf.proven_at)
+        job = wf.job
+
+        def done(progress):
+            wf.progress = progress
+            if aftercare:
+                if progress.settled:
+                    self._aftercare.pop(wf.host, None)
+                return
+            if progress.unproven is not None:
+                self._unproven(wf, progress.unproven)
+                return
+            if progress.complete and not self.conf.disabled:
+                self._evacuation_complete(wf, progress)
+
+        # Aftercare only touches instances; the host itself has moved on
+        # and its own steps hold the host lock.
+        self._submit(wf, lambda: job.step(ctx), done, lock=not aftercare)
+
+    def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
+        """Proof, read now, that ``wf.host`` runs nothing (job thread).
+
+        A host found crash-dumping counts while its fence_kdump messages
+        are current (one repeat interval and some slack); otherwise its
+        fencing devices are read, level by level.
+        """
+        host, kdump = wf.host, wf.kdump
+        window = datetime.timedelta(seconds=min(
+            workflow.KDUMP_PROOF_WINDOW, self._kdump_opt('message_timeout', 30)))
+
+        def prove() -> ports.PowerReading:
+            if kdump and self.env.kdump is not None:
+                last = self.env.kdump.last_message(host)
+                if last is not None and self.env.clock.now() - last <= window:
+                    return ports.PowerReading(host=host, off=True,
+                                              detail='crash-dumping')
+            return self.env.fencer.power_state(host)
+        return prove
+
+    def _unproven(self, wf: HostWorkflow,
+                  reading: ports.PowerReading) -> None:
+        """No proof the host is off now: fence it again, or wait.
+
+        Devices reporting it on mean someone powered it on (or its dump
+        ended and it rebooted): its evacuations stop and it is fenced
+        again before any other instance leaves it. A device that cannot
+        be read proves nothing either way: the next step reads again.
+        """
+        if reading.on:
+            wf.kdump = False
+            wf.kdump_deadline = self.env.clock.monotonic()
+            wf.proven_at = None
+            self._transition(wf, S.FENCING, reason=(
+                'powered on again (%s): fenced again before any further '
+                'evacuation' % reading.detail)[:250])
+            return
+        wait = min(workflow.STEP_RETRY * 2 ** wf.step_errors, float(self.conf.poll))
+        wf.step_errors += 1
+        wf.retry_at = self.env.clock.monotonic() + wait
+        self._emit(events.POWER_UNPROVEN, wf.host,
+                   reason=reading.detail[:200], retry_in=int(wait))
+
+    def _evacuation_complete(self, wf: HostWorkflow,
+                             progress: evacuation.Progress) -> None:
+        strategy = self.drivers.evacuation
+        failed = dict(sorted(progress.failed.items()))
+        forgive = (self.conf.force_enable and not strategy.tracks)
+        give_up = bool(failed) and not forgive
+        reservation = self.drivers.reservation
+        snapshot = self.snapshot
+        spare = wf.spare
+        release = (spare is not None and spare not in progress.landed_on)
+        if give_up:
+            note = ('%d instance(s) not evacuated; fix them, then run '
+                    '"instanceha-manage hosts clear %s"; ids: %s' % (
+                        len(failed), wf.host, ','.join(failed)))
+        else:
+            note = ''
+
+        def finish():
+            if release:
+                reservation.release(self.env, wf.host, spare, snapshot)
+            elif spare:
+                reservation.forget(spare)
+            if give_up:
+                self._mark(wf, S.FAILED, note)
+            else:
+                # Released or kept in service: no longer ours to claim.
+                self._mark(wf, S.EVACUATED, spare=None)
+
+        def done(_):
+            wf.spare = None
+            if release:
+                self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
+            if not progress.settled:
+                self._aftercare[wf.host] = dataclasses.replace(
+                    wf, future=None, on_done=None)
+            wf.job = None
+            if give_up:
+                self._transition(wf, S.FAILED, failed=tuple(failed),
+                                 action=workflow.operator_action(wf.host))
+                for server_id, why in failed.items():
+                    LOG.error('host %s: instance %s not evacuated: %s',
+                              wf.host, server_id, why)
+                LOG.error(workflow.OPERATOR_STEPS, {'host': wf.host})
+            else:
+                self._transition(wf, S.EVACUATED,
+                                 evacuated=len(progress.succeeded),
+                                 failed=len(failed))
+
+        self._submit(wf, finish, done)
+
+    def _step_evacuated(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        if self.conf.leave_disabled:
+            self._submit(wf, lambda: self._mark(wf, S.LEFT_DISABLED),
+                         lambda _: self._transition(wf, S.LEFT_DISABLED))
+            return
+        if wf.kdump:
+            # A crash-dumping host reboots by itself; never power-cycle it
+            # (the dump would be lost). Wait until it stops sending.
+            last = self.env.kdump.last_message(wf.host) if self.env.kdump \
+                else None
+            quiet = datetime.timedelta(
+                seconds=self._kdump_opt('message_timeout', 30))
+            if last is not None and self.env.clock.now() - last < quiet:
+                return
+            self._submit(wf, lambda: self._mark(wf, S.WAITING_UP),
+                         lambda _: self._transition(wf, S.WAITING_UP,
+                                                    kdump=True))
+            return
+        self._submit(wf, lambda: self._mark(wf, S.POWERING_ON),
+                     lambda _: self._transition(wf, S.POWERING_ON))
+
+    def _step_powering_on(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+        fencer = self.env.fencer
+
+        def power_on():
+            self._ours(wf)
+            result = fencer.unfence(wf.host)
+            self._mark(wf, S.WAITING_UP)
+            return result
+
+        def done(result):
+            if isinstance(result, Exception):
+                wf.attempts += 1
+                wf.reason = str(result)
+                if wf.attempts > self.conf.power_on_retries:
+                    self._fail(wf, 'power on failed %d time(s): %s' % (
+                        wf.attempts, str(result)[:80]))
+                    return
+                wf.retry_at = self.env.clock.monotonic() + self._backoff(
+                    wf.attempts)
+                self._emit(events.STEP_ERROR, wf.host,
+                           state=wf.state.value, reason=wf.reason)
+                return
+            self._transition(wf, S.WAITING_UP, level=result.level)
+
+        self._submit(wf, self._catching(power_on, exceptions.FencingError),
+                     done)
+
+    def _fail(self, wf: HostWorkflow, why: str) -> None:
+        action = 'power %s on and check it, then run "instanceha-manage ' \
+                 'hosts clear %s"' % (wf.host, wf.host)
+        self._submit(wf, lambda: self._mark(wf, S.FAILED,
+                                            ('%s; %s' % (why, action))[:200]),
+                     lambda _: self._transition(wf, S.FAILED, reason=why,
+                                                action=action))
+
+    def _step_waiting_up(self, wf: HostWorkflow) -> None:
+        """Clear forced_down, then wait until Nova reports the host up.
+
+        Nova reports a forced-down service down whatever its heartbeats,
+        and refuses to clear forced_down while ``done`` evacuation records
+        remain, i.e. until the host's compute has started and cleaned up:
+        that refusal is expected and simply retried.
+        """
+        svc = self.snapshot.service(wf.host) if self.snapshot else None
+        if svc is None or not self.env.coordinator.is_leader():
+            return
+        if wf.up_after is None:
+            wf.up_after = wf.entered
+        if wf.cleared_at is None:
+            # We forced it down ourselves: clear it now (idempotent, also
+            # after a restart), whatever an older snapshot says.
+            def clear():
+                try:
+                    self._mark(wf, S.WAITING_UP,
+                               forced_down=False)
+                except exceptions.CloudError as exc:
+                    return exc
+                return None
+
+            def done(exc):
+                if exc is None:
+                    wf.cleared_at = self.env.clock.now()
+                    self._emit(events.FORCED_DOWN_CLEARED, wf.host)
+                else:
+                    LOG.info('host %s: forced_down not cleared yet: %s',
+                             wf.host, exc)
+                    wf.retry_at = (self.env.clock.monotonic() +
+                                   min(self.conf.poll, workflow.STEP_RETRY))
+
+            self._submit(wf, clear, done)
+            return
+        if self.snapshot.taken_at < wf.cleared_at:
+            return  # read before the clear: it proves nothing
+        if svc.forced_down:
+            wf.cleared_at = None  # forced down again since: clear again
+            return
+        # Only a heartbeat newer than the power-on proves the host is back
+        # (R11): an older 'up' is the dead host's last word.
+        if svc.state != model.UP or (
+                svc.updated_at is not None and svc.updated_at <=
+                self.snapshot.nova_now(wf.up_after)):  # Nova's clock
+            return
+        self._transition(wf, S.ENABLING)
+        self._step_enabling(wf)
+
+    def _step_enabling(self, wf: HostWorkflow) -> None:
+        if not self.env.coordinator.is_leader():
+            return
+
+        def enable():
+            svc = self._ours(wf)
+            if marker_mod.Marker.parse(svc.disabled_reason) is None:
+                # Enabled meanwhile (hosts clear --enable): nothing to do.
+                return
+            self.env.cloud.update_service(svc, status=model.ENABLED,
+                                          forced_down=False)
+
+        self._submit(wf, enable, lambda _: self._transition(
+            wf, S.HEALTHY, enabled=True))

@@ -1,0 +1,208 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Tick plumbing of the recovery engine: submit, harvest, transition.
+
+Slow work runs as jobs on ``env.executor`` (:meth:`Plumbing._submit`);
+their results are applied in the tick thread only, by
+:meth:`Plumbing._harvest`, and only while this copy leads. Every state
+change passes :meth:`Plumbing._transition` (the table of
+:mod:`instanceha.engine.states`), every marker :meth:`Plumbing._mark`.
+"""
+
+from collections.abc import Callable
+
+from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine import states
+from instanceha.engine.states import HostState
+from instanceha.engine import workflow
+from instanceha.engine.workflow import HostWorkflow
+from instanceha.engine.workflow import LOG
+from instanceha.engine.workflow import S
+from instanceha import exceptions
+
+#: "The workflow's own" (a marker argument left as it is).
+_SAME = object()
+
+
+class Plumbing:
+    """Submit, harvest, transition and mark: the engine's tick plumbing."""
+
+    def _all(self) -> list[HostWorkflow]:
+        return ([self._workflows[h] for h in sorted(self._workflows)] +
+                [self._aftercare[h] for h in sorted(self._aftercare)])
+
+    def _emit(self, event: str, host: str | None = None, **details) -> None:
+        self.env.events.emit(event, host, **details)
+
+    def _check_leadership(self) -> bool:
+        leader = bool(self.env.coordinator.is_leader())
+        if leader != self._leader:
+            if leader:
+                if self._leader is not None:
+                    # Another copy may have moved our hosts on: forget what
+                    # we knew and resume from Nova's markers right away.
+                    for host in sorted(self._workflows):
+                        if self._workflows[host].future is None:
+                            del self._workflows[host]
+                    self._next_poll = None
+                self._emit(events.LEADER)
+            else:
+                self._emit(events.NOT_LEADER)
+            self._leader = leader
+        return leader
+
+    def _transition(self, wf: HostWorkflow, new: HostState,
+                    **details) -> None:
+        states.check_transition(wf.host, wf.state, new)
+        old = wf.state
+        wf.state = new
+        wf.entered = self.env.clock.now()
+        if new in (S.FENCED, S.POWERING_ON):
+            wf.attempts = 0
+        wf.retry_at = 0.0
+        self._emit(events.HOST_STATE, wf.host, old=old.value,
+                   new=new.value, **details)
+        if new is S.HEALTHY:
+            self._workflows.pop(wf.host, None)
+
+    def _submit(self, wf: HostWorkflow, fn: Callable,
+                on_done: Callable, *, lock: bool = True) -> None:
+        """Run ``fn()`` as a job holding the host's lock.
+
+        Later, in the tick thread, ``on_done(result)`` is called (or the
+        job's error is reported and the step retried).
+        """
+        coordinator = self.env.coordinator
+
+        def job():
+            if not lock:
+                return fn()
+            with coordinator.host_lock(wf.host):
+                return fn()
+
+        wf.on_done = on_done
+        wf.future = self.env.executor.submit(job)
+
+    def _harvest(self, apply: bool = True) -> None:
+        for wf in self._all():
+            fut = wf.future
+            if fut is None or not fut.done():
+                continue
+            wf.future, on_done, wf.on_done = None, wf.on_done, None
+            wf.budget = 0
+            if not apply:
+                continue  # forgotten: the next leader resumes from Nova
+            exc = fut.exception()
+            if isinstance(exc, workflow.OperatorTookOver):
+                self._hand_over(wf, str(exc))
+                continue
+            if exc is not None:
+                # Back off while it keeps failing (Nova down for an hour
+                # is one warning a poll, not one every 5 s), never beyond
+                # a poll.
+                wf.step_errors += 1
+                wait = min(workflow.STEP_RETRY * 2 ** (wf.step_errors - 1),
+                           max(workflow.STEP_RETRY, float(self.conf.poll)))
+                self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
+                           reason='%s: %s' % (type(exc).__name__, exc),
+                           retry_in=int(wait))
+                if not isinstance(exc, exceptions.InstanceHAError):
+                    LOG.error('host %s: unexpected error in state %s',
+                              wf.host, wf.state, exc_info=exc)
+                wf.retry_at = self.env.clock.monotonic() + wait
+                continue
+            wf.step_errors = 0
+            if on_done is not None:
+                on_done(fut.result())
+
+    def _service(self, host: str) -> model.Service:
+        svc = self.snapshot.service(host) if self.snapshot else None
+        if svc is None:
+            raise exceptions.CloudError('nova-compute service of %s is not '
+                                        'listed by Nova' % host)
+        return svc
+
+    def _mark(self, wf: HostWorkflow, state: HostState, note: str = '',
+              *, spare=_SAME, **changes) -> None:
+        """Write our marker (and other changes) to the host's service."""
+        if not self.env.coordinator.is_leader():
+            raise exceptions.CoordinationError(
+                'not the leader: %s left unchanged' % wf.host)
+        svc = self._ours(wf)
+        reason = self._marker(wf, state, note, spare=spare).render()
+        # Nova takes a disabled_reason only together with status=disabled.
+        changes.setdefault('status', model.DISABLED)
+        self.env.cloud.update_service(svc, disabled_reason=reason,
+                                      **changes)
+
+    def _marker(self, wf: HostWorkflow, state: HostState,
+                note: str = '', spare=_SAME) -> marker_mod.Marker:
+        """The marker of ``wf`` in ``state``: what a resumed copy needs.
+
+        ``spare``: the spare to name (default: the workflow's).
+        """
+        if state is S.FAILED:
+            # An operator's note only (the workflow ends here).
+            return marker_mod.Marker(state=state, when=self.env.clock.now(),
+                                     recovery=wf.recovery or None,
+                                     note=note[:200])
+        return marker_mod.Marker(
+            state=state, when=self.env.clock.now(),
+            fenced_at=(wf.since + workflow.MIGRATION_SLACK) if wf.since else None,
+            spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
+            recovery=wf.recovery or None,
+            note=note)
+
+    def _ours(self, wf: HostWorkflow) -> model.Service:
+        """The host's service, unless an operator took the host.
+
+        Checked before every write: the operator's word wins at every
+        step.
+
+        :raises workflow.OperatorTookOver: it carries a reason that is not ours.
+        """
+        svc = self._service(wf.host)
+        why = workflow.operators_reason(svc)
+        if why is not None:
+            raise workflow.OperatorTookOver(why)
+        return svc
+
+    @staticmethod
+    def _catching(fn: Callable, *errors) -> Callable:
+        """Wrap ``fn`` so that ``errors`` come back as results."""
+        def wrapped():
+            try:
+                return fn()
+            except errors as exc:
+                return exc
+        return wrapped
+
+    def _backoff(self, attempts: int) -> float:
+        wait = self.conf.fence_retry_interval * (2 ** max(attempts - 1, 0))
+        return float(min(wait, self.conf.fence_retry_max_interval))
+
+    def _kdump_on(self) -> bool:
+        if self.env.kdump is None:
+            return False
+        try:
+            return bool(self.conf.kdump.check_kdump)
+        except Exception:  # the [kdump] group is optional
+            return True
+
+    def _kdump_opt(self, name: str, default: int) -> int:
+        try:
+            return int(getattr(self.conf.kdump, name))
+        except Exception:
+            return default

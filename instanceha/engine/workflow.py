@@ -1,0 +1,152 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""One host's recovery workflow: its record and the rules around it."""
+
+from collections.abc import Callable
+import concurrent.futures
+import dataclasses
+import datetime
+import logging
+import uuid
+
+from instanceha.engine import evacuation
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine.states import HostState
+from instanceha import exceptions
+
+#: One logger for the whole recovery engine, whichever module logs:
+#: operators' logging configurations name it.
+LOG = logging.getLogger('instanceha.engine.recovery')
+
+S = HostState
+
+#: Nova's and our clocks may differ a little: migration records this much
+#: older than the fence time still count as ours.
+MIGRATION_SLACK = datetime.timedelta(seconds=120)
+
+
+#: States that hold one of the ``workers`` recovery slots.
+BUSY_STATES = frozenset({S.FENCING, S.FENCED, S.EVACUATING, S.EVACUATED,
+                         S.POWERING_ON, S.ENABLING})
+
+#: Marker states a (re)started engine adopts from Nova.
+RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
+                       S.POWERING_ON, S.WAITING_UP, S.ENABLING,
+                       S.LEFT_DISABLED, S.FAILED})
+
+#: States whose next step fences a host: taken only on a plan made from
+#: the latest cycle's snapshot, never while Nova cannot be read.
+NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
+
+#: A crash-dumping host counts as off while its latest fence_kdump
+#: message is at most this old (fence_kdump_send repeats every 10 s).
+KDUMP_PROOF_WINDOW = 15.0
+
+#: Seconds before a step that raised is tried again (doubled while it
+#: keeps failing, up to ``poll``).
+STEP_RETRY = 5.0
+
+#: What to look at when a host stays in waiting_up (``up_timeout``).
+UP_OVERDUE_CHECK = (
+    'is %(host)s powered on and booted (its BMC, console)? is its '
+    'nova-compute running and reaching the message bus? Nova must report '
+    'it up (openstack compute service list --host %(host)s). To take it '
+    'out of instanceha\'s hands, disable it with a reason of your own')
+
+
+#: Logged when a host is marked FAILED (seed manual, step 11).
+OPERATOR_STEPS = (
+    'host %(host)s is FAILED and stays disabled and forced down. To hand '
+    'it back: 1) find out why the instances listed above could not be '
+    'evacuated; 2) evacuate (or fix) the instances still on %(host)s; '
+    '3) make sure %(host)s restarts cleanly; 4) run "instanceha-manage '
+    'hosts clear %(host)s" (clears forced_down; instanceha enables it once '
+    'Nova reports it up).')
+
+
+class OperatorTookOver(exceptions.InstanceHAError):
+    """The host was disabled with a reason that is not ours: hands off."""
+
+
+def operators_reason(svc: model.Service | None) -> str | None:
+    """Why ``svc`` is an operator's now (None while it is ours or free).
+
+    A service disabled with a reason that is not our marker (no reason,
+    a reason of the operator's own, maintenance) was taken by an
+    operator; whatever our workflow was doing, it ends there.
+    """
+    if svc is None or not svc.disabled:
+        return None
+    if marker_mod.Marker.parse(svc.disabled_reason) is not None:
+        return None
+    if svc.disabled_reason:
+        return 'disabled with the reason "%s"' % svc.disabled_reason
+    return 'disabled without a reason'
+
+
+def new_recovery_id() -> str:
+    """A fresh recovery id (a UUID: unique across copies and restarts)."""
+    return str(uuid.uuid4())
+
+
+def operator_action(host: str) -> str:
+    """What an operator must do about a FAILED host (seed step 11)."""
+    return ('check the instances of %s listed in the log, evacuate or fix '
+            'them by hand, then run "instanceha-manage hosts clear %s"'
+            % (host, host))
+
+
+@dataclasses.dataclass
+class HostWorkflow:
+    """The engine's in-memory view of one host being recovered."""
+
+    host: str
+    state: HostState
+    #: When the current state was entered (clock.now()).
+    entered: datetime.datetime
+    #: When the host was detected failed (or the marker's time).
+    detected: datetime.datetime
+    servers: tuple[model.Server, ...] = ()
+    future: concurrent.futures.Future | None = None
+    #: Applied in the tick thread to the job's result.
+    on_done: Callable | None = None
+    #: Evacuations the running job may start (counted against the cap).
+    budget: int = 0
+    attempts: int = 0
+    retry_at: float = 0.0
+    kdump: bool = False
+    kdump_deadline: float | None = None
+    fence_level: int | None = None
+    spare: str | None = None
+    since: datetime.datetime | None = None
+    job: evacuation.EvacuationJob | None = None
+    progress: evacuation.Progress | None = None
+    resumed: bool = False
+    reason: str = ''
+    #: When forced_down was cleared (waiting_up); None: not yet.
+    cleared_at: datetime.datetime | None = None
+    #: Only a heartbeat newer than this proves the host came back (the
+    #: power-on, or for a kdump host the end of its dump).
+    up_after: datetime.datetime | None = None
+    #: Steps in a row that raised (their retry backs off).
+    step_errors: int = 0
+    #: This recovery's id: in every event of it (``recovery_id``), every
+    #: notification and the Nova marker (``rid=``), so a resumed copy
+    #: goes on with the same one.
+    recovery: str = ''
+    #: The spare (if any) was enabled by this copy.
+    spare_enabled: bool = False
+    #: Monotonic time the host was last proven off (None: never by this
+    #: copy; an adopted marker is a claim, not a proof).
+    proven_at: float | None = None
