@@ -35,6 +35,7 @@ from collections.abc import Callable
 import dataclasses
 import enum
 import re
+import typing
 
 from instanceha.engine import events
 from instanceha.engine import model
@@ -180,10 +181,35 @@ class StepContext:
     proven_at: float | None = None
 
 
+class Policy(typing.Protocol):
+    """What a job asks its strategy (a plugin of ``instanceha.evacuation``).
+
+    :class:`instanceha.plugins.evacuation.base.EvacuationStrategy`
+    implements it from the ``[evacuation]`` options.
+    """
+
+    #: True: done once rebuilt; False: once Nova accepted the call.
+    tracks: bool
+    stop_on_failure: bool
+    retries: int
+    same_target_retries: int
+    timeout: int
+    lock_instances: bool
+
+    def retry_delay(self, attempts: int) -> int:
+        """Seconds to wait before retrying after ``attempts`` failures."""
+
+    def priority(self, server: model.Server) -> int:
+        """Restart priority of ``server`` (higher first)."""
+
+    def ready(self, tasks: list['InstanceTask']) -> list['InstanceTask']:
+        """The pending tasks that may start now, in order."""
+
+
 class EvacuationJob:
     """The evacuation of one fenced host; advanced by :meth:`step`."""
 
-    def __init__(self, strategy, host: str,
+    def __init__(self, strategy: Policy, host: str,
                  servers: list[model.Server], target: str | None,
                  since):
         self.strategy = strategy
@@ -226,7 +252,8 @@ class EvacuationJob:
                                      m.created_at, m.id), reverse=True)
         return out
 
-    def _classify(self, env, records) -> None:
+    def _classify(self, env, records,
+                  snapshot: model.Snapshot | None) -> None:
         """Build the task list from the servers and Nova's records.
 
         Run once, also when resuming after a restart: an instance with a
@@ -249,7 +276,7 @@ class EvacuationJob:
                         r.status not in MIGRATION_RUNNING | MIGRATION_DONE
                         for r in recs)) else None),
                 priority=self.strategy.priority(srv),
-                target=self.target, attempts=len(recs),
+                attempts=len(recs),
                 known={r.id for r in recs},
                 locked_by_us=ours, foreign_lock=srv.locked and not ours)
             for rec in recs:
@@ -257,6 +284,7 @@ class EvacuationJob:
                         and rec.dest_host):
                     task.failures[rec.dest_host] = task.failures.get(
                         rec.dest_host, 0) + 1
+            task.target = self.next_target(task, snapshot, first=True)
             if live or srv.task_state == 'rebuilding':
                 # Being rebuilt (its record may not be listed yet): watched,
                 # never evacuated again; its record is picked up when listed.
@@ -312,9 +340,20 @@ class EvacuationJob:
                    attempts=task.attempts, reason=reason)
         self._unlock(env, task)
 
-    def _next_target(self, task: InstanceTask,
-                     snapshot: model.Snapshot | None) -> str | None:
-        """R17: same destination a bounded number of times, then others."""
+    def next_target(self, task: InstanceTask,
+                    snapshot: model.Snapshot | None, *,
+                    first: bool = False) -> str | None:
+        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
+
+        The one place a destination is chosen (None lets Nova's scheduler
+        choose; a host we name is still validated by Nova's scheduler,
+        never forced). ``first``: the host the job was begun with (the
+        reserved spare, see the reservation's ``evacuation_target``).
+        After failures, R17: the same destination a bounded number of
+        times, then the least-failed other host that is up and enabled.
+        """
+        if first:
+            return self.target
         limit = self.strategy.same_target_retries
         if task.target is not None and task.failures.get(task.target,
                                                          0) <= limit:
@@ -350,7 +389,7 @@ class EvacuationJob:
                    retry_in=delay, **details)
         task.state = TaskState.PENDING
         task.accepted = False
-        task.target = self._next_target(task, snapshot)
+        task.target = self.next_target(task, snapshot)
         task.not_before = env.clock.monotonic() + delay if delay else None
 
     def _restore_power_state(self, env, task,
@@ -530,7 +569,7 @@ class EvacuationJob:
         budget = ctx.budget
         if not self._classified:
             records = self._records(env, ctx.snapshot)
-            self._classify(env, records)
+            self._classify(env, records, ctx.snapshot)
             if self.strategy.tracks:
                 # Rebuilds found running (a resumed job) count against the
                 # cap the budget was computed without.

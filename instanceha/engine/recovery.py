@@ -192,6 +192,7 @@ class Engine(poll.Poll, steps.Steps):
         self._harvest(apply=False)
 
     def _advance(self) -> None:
+        """Advance every workflow by at most one step (see steps.STEPS)."""
         now = self.env.clock.monotonic()
         busy = sum(1 for wf in self._workflows.values()
                    if wf.state in workflow.BUSY_STATES)
@@ -205,23 +206,10 @@ class Engine(poll.Poll, steps.Steps):
                 if busy >= self.conf.workers:
                     continue
                 busy += 1
-            self._step(wf)
+            step = steps.STEPS.get(wf.state)
+            if step is not None:
+                step(self, wf)
         for host in sorted(self._aftercare):
             wf = self._aftercare[host]
             if wf.future is None:
                 self._step_evacuation(wf, aftercare=True)
-
-    def _step(self, wf: HostWorkflow) -> None:
-        handler = {
-            S.SUSPECT: self._step_suspect,
-            S.FENCING: self._step_fencing,
-            S.FENCE_FAILED: self._step_fence_failed,
-            S.FENCED: self._step_fenced,
-            S.EVACUATING: self._step_evacuation,
-            S.EVACUATED: self._step_evacuated,
-            S.POWERING_ON: self._step_powering_on,
-            S.WAITING_UP: self._step_waiting_up,
-            S.ENABLING: self._step_enabling,
-        }.get(wf.state)
-        if handler is not None:
-            handler(wf)

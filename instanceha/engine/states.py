@@ -26,6 +26,9 @@ written to the compute service's ``disabled_reason`` makes the state
 durable in Nova itself, so a restarted service (or a new leader) resumes
 where the previous one stopped, and ``openstack compute service list
 --long`` tells operators the story.
+
+What the engine does in each state is the step of
+:data:`instanceha.engine.steps.STEPS`, the table beside this one.
 """
 
 import datetime

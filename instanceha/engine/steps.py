@@ -30,6 +30,7 @@ from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine.states import HostState
 from instanceha.engine import tick
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
@@ -106,9 +107,12 @@ class Steps(tick.Plumbing):
             self._step_fenced(wf)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
-        """Force down + disable with a marker (R10), then claim a spare."""
-        if not self.env.coordinator.is_leader():
-            return
+        """Force down + disable with a marker (R10), then reserve a spare.
+
+        One job (the marker, the reservation step, the marker saying
+        ``evacuating``); what it reserved is applied to the workflow in
+        the tick thread.
+        """
         snapshot = self.snapshot
         reservation = self.drivers.reservation
         if wf.since is None:
@@ -120,20 +124,32 @@ class Steps(tick.Plumbing):
             # none is ever lost from the pool.
             claimed = wf.spare or reservation.claim(wf.host, snapshot)
             self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
-            if not wf.spare_enabled:
-                wf.spare = reservation.reserve(self.env, wf.host, snapshot)
-                wf.spare_enabled = True
-            spare = wf.spare
-            self._mark(wf, S.EVACUATING)
+            spare = self._reserve(wf, snapshot)
+            self._mark(wf, S.EVACUATING, spare=spare)
             return spare
 
         def done(spare):
+            wf.spare = spare
+            wf.spare_enabled = True
             if spare:
                 self._emit(events.SPARE_CLAIMED, wf.host, spare=spare)
             self._transition(wf, S.EVACUATING, forced_down=True,
                              spare=spare)
 
         self._submit(wf, mark, done)
+
+    def _reserve(self, wf: HostWorkflow,
+                 snapshot: model.Snapshot | None) -> str | None:
+        """The reservation step (job thread): enable the claimed spare.
+
+        Returns the spare (None: Nova's scheduler chooses); the caller
+        applies it to the workflow in the tick thread. A spare this copy
+        enabled already is not enabled again; a retry after an error
+        asks the reservation again (enabling is idempotent there).
+        """
+        if wf.spare_enabled:
+            return wf.spare
+        return self.drivers.reservation.reserve(self.env, wf.host, snapshot)
 
     def _budget(self, wf: HostWorkflow | None = None) -> int:
         """How many evacuations the next step of ``wf`` may start.
@@ -167,8 +183,6 @@ class Steps(tick.Plumbing):
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
-        if not self.env.coordinator.is_leader():
-            return
         strategy = self.drivers.evacuation
         if wf.job is None:
             servers = list(wf.servers)
@@ -298,8 +312,6 @@ class Steps(tick.Plumbing):
         self._submit(wf, finish, done)
 
     def _step_evacuated(self, wf: HostWorkflow) -> None:
-        if not self.env.coordinator.is_leader():
-            return
         if self.conf.leave_disabled:
             self._submit(wf, lambda: self._mark(wf, S.LEFT_DISABLED),
                          lambda _: self._transition(wf, S.LEFT_DISABLED))
@@ -321,8 +333,6 @@ class Steps(tick.Plumbing):
                      lambda _: self._transition(wf, S.POWERING_ON))
 
     def _step_powering_on(self, wf: HostWorkflow) -> None:
-        if not self.env.coordinator.is_leader():
-            return
         fencer = self.env.fencer
 
         def power_on():
@@ -366,7 +376,7 @@ class Steps(tick.Plumbing):
         that refusal is expected and simply retried.
         """
         svc = self.snapshot.service(wf.host) if self.snapshot else None
-        if svc is None or not self.env.coordinator.is_leader():
+        if svc is None:
             return
         if wf.up_after is None:
             wf.up_after = wf.entered
@@ -408,8 +418,6 @@ class Steps(tick.Plumbing):
         self._step_enabling(wf)
 
     def _step_enabling(self, wf: HostWorkflow) -> None:
-        if not self.env.coordinator.is_leader():
-            return
 
         def enable():
             svc = self._ours(wf)
@@ -421,3 +429,23 @@ class Steps(tick.Plumbing):
 
         self._submit(wf, enable, lambda _: self._transition(
             wf, S.HEALTHY, enabled=True))
+
+
+#: The step of each state the engine moves on by itself, beside the
+#: table of transitions (:data:`instanceha.engine.states.TRANSITIONS`).
+#: Healthy, failed and left_disabled have none: they wait for a
+#: detector or an operator. To add a state: a row there, a step here.
+STEPS: dict[HostState, Callable[[Steps, HostWorkflow], None]] = {
+    S.SUSPECT: Steps._step_suspect,
+    S.FENCING: Steps._step_fencing,
+    S.FENCE_FAILED: Steps._step_fence_failed,
+    S.FENCED: Steps._step_fenced,
+    S.EVACUATING: Steps._step_evacuation,
+    S.EVACUATED: Steps._step_evacuated,
+    S.POWERING_ON: Steps._step_powering_on,
+    S.WAITING_UP: Steps._step_waiting_up,
+    S.ENABLING: Steps._step_enabling,
+}
+
+#: States without a step: someone else moves them on.
+WAITING = frozenset({S.HEALTHY, S.FAILED, S.LEFT_DISABLED})

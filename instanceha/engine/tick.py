@@ -46,8 +46,20 @@ class Plumbing:
     def _emit(self, event: str, host: str | None = None, **details) -> None:
         self.env.events.emit(event, host, **details)
 
+    def _leading(self) -> bool:
+        """The leadership rule of the tick thread, in this one place.
+
+        Job results are applied (:meth:`_harvest`) and new work is
+        submitted (:meth:`_submit`) only while this copy leads now and is
+        not stopping; each side effect passes the environment's guard
+        again at the moment it is made
+        (:class:`instanceha.engine.ports.LeaderGuard`).
+        """
+        return not self._stopping and bool(self.env.coordinator.is_leader())
+
     def _check_leadership(self) -> bool:
-        leader = bool(self.env.coordinator.is_leader())
+        """Apply :meth:`_leading` for this tick; report changes of it."""
+        leader = self._leading()
         if leader != self._leader:
             if leader:
                 if self._leader is not None:
@@ -82,8 +94,12 @@ class Plumbing:
         """Run ``fn()`` as a job holding the host's lock.
 
         Later, in the tick thread, ``on_done(result)`` is called (or the
-        job's error is reported and the step retried).
+        job's error is reported and the step retried). Nothing is
+        submitted while this copy does not lead (:meth:`_leading`): the
+        step is taken again on a later tick.
         """
+        if not self._leading():
+            return
         coordinator = self.env.coordinator
 
         def job():

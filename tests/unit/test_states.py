@@ -16,6 +16,7 @@ import testtools
 
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
+from instanceha.engine import steps
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, 5,
                         tzinfo=datetime.timezone.utc)
@@ -27,6 +28,12 @@ class TestStates(testtools.TestCase):
         self.assertEqual(set(S), set(states.TRANSITIONS))
         for targets in states.TRANSITIONS.values():
             self.assertLessEqual(targets, set(S))
+
+    def test_every_state_has_a_step_or_waits(self):
+        # The step table beside TRANSITIONS: a state the engine moves on
+        # by itself has a step; the others wait for someone else.
+        self.assertEqual(set(), set(steps.STEPS) & steps.WAITING)
+        self.assertEqual(set(S), set(steps.STEPS) | steps.WAITING)
 
     def test_no_evacuation_without_fencing(self):
         for state, targets in states.TRANSITIONS.items():
