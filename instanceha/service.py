@@ -38,6 +38,7 @@ from instanceha.engine import ports
 from instanceha.engine import recovery
 from instanceha.engine import runner
 from instanceha import exceptions
+from instanceha import reloading
 
 LOG = logging.getLogger(__name__)
 
@@ -98,42 +99,8 @@ def make_pause(conf) -> ports.PauseSource | None:
         return None
 
 
-class Reloader:
-    """SIGHUP: re-read the configuration files, between two ticks.
-
-    The OpenStack way: ``mutate_config_files()`` applies the options
-    declared ``mutable`` (``threshold``, ``disabled``, ``leave_disabled``,
-    ``force_enable``, the evacuation retry options, the gate options) and
-    logs each change; a changed option that cannot change live is logged
-    by oslo.config as ignored (restart to apply it). The reload runs in
-    the loop's thread before a tick, so it never interrupts a step: the
-    workflows carry on, and read the new values at their next step.
-    """
-
-    def __init__(self, conf):
-        self.conf = conf
-        self._requested = threading.Event()
-
-    def request(self) -> None:
-        """Called from the signal handler: only sets a flag."""
-        self._requested.set()
-
-    def tick_started(self) -> None:
-        if not self._requested.is_set():
-            return
-        self._requested.clear()
-        LOG.info('SIGHUP: reloading the configuration files')
-        try:
-            self.conf.mutate_config_files()
-        except Exception as exc:  # noqa: a bad file keeps the old values
-            LOG.error('reload failed, the running configuration is kept: '
-                      '%s', exc)
-            return
-        LOG.info('reload done: changed options are logged above; options '
-                 'logged as immutable need a restart')
-
-    def tick_finished(self, engine, error=None) -> None:
-        pass
+#: SIGHUP's reloader lives in :mod:`instanceha.reloading`.
+Reloader = reloading.Reloader
 
 
 @dataclasses.dataclass
@@ -217,7 +184,10 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
         LOG.info('received signal %d: stopping', signum)
         service.stop.set()
 
-    reloader = Reloader(conf)
+    # What SIGHUP re-reads besides the options: the fencing file, the
+    # heartbeat keys.
+    reloader = Reloader(conf, parts=[service.env.fencer, *drivers.all()],
+                        events=service.events)
     service.observers.append(reloader)
 
     def on_hangup(_signum, _frame):

@@ -24,10 +24,13 @@ from instanceha import exceptions
 GROUP = 'fencing'
 
 OPTS = [
-    cfg.StrOpt('config_file', default='/etc/instanceha/fencing.yaml',
+    cfg.StrOpt('config_file', mutable=True,
+               default='/etc/instanceha/fencing.yaml',
                help='YAML file with the fencing devices (and fencing '
                     'levels) of every compute host, keyed by host name. A '
-                    'host without an entry is never evacuated.'),
+                    'host without an entry is never evacuated. Re-read on '
+                    'SIGHUP: a file with a bad entry is refused and the '
+                    'one loaded before stays in force.'),
     cfg.IntOpt('device_timeout', default=60, min=1, max=3600,
                help='Seconds one fencing device may take to confirm a '
                     'power change (the device must report the new state '

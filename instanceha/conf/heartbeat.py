@@ -19,20 +19,21 @@ from instanceha import exceptions
 GROUP = 'heartbeat'
 
 OPTS = [
-    cfg.StrOpt('key_file', default='/etc/instanceha/heartbeat.key',
+    cfg.StrOpt('key_file', mutable=True,
+               default='/etc/instanceha/heartbeat.key',
                help='File holding the heartbeat master key: one line, at '
                     'least 16 bytes, e.g. from "openssl rand -hex 32". '
-                    'Re-read when it changes. With key_mode = per-host each '
+                    'Re-read when it changes and on SIGHUP. With key_mode = per-host each '
                     'agent signs (HMAC-SHA256) with its own key derived from '
                     'it ("instanceha-manage heartbeat derive-key HOST"); '
                     'with shared, every agent holds this key itself.'),
-    cfg.StrOpt('previous_key_file',
+    cfg.StrOpt('previous_key_file', mutable=True,
                help='During a key rotation, the file holding the previous '
                     'master key: heartbeats signed with it (or, per host, '
                     'with a key derived from it) are still accepted until '
                     'every agent has its new key. Unset it when the '
-                    'rotation is done.'),
-    cfg.StrOpt('key_mode', default='per-host',
+                    'rotation is done. Both files can change on SIGHUP.'),
+    cfg.StrOpt('key_mode', mutable=True, default='per-host',
                choices=[('per-host', 'each agent holds only its own key, '
                                      'derived from the master key with '
                                      'HKDF-SHA256 over its host name'),

@@ -75,6 +75,14 @@ Names (``host`` is set on all but the cycle-level ones):
 ``pause_expired``         once when a pause's end has passed and it no
                           longer holds anything: ``reason``, ``since``,
                           ``until``
+``config_reloaded``       after SIGHUP: ``changed`` (options changed
+                          live), ``restart_needed`` (changed in the file
+                          but cannot change live), ``reloaded`` (what was
+                          re-read: fencing file, heartbeat keys)
+``reload_refused``        after SIGHUP, for each part refused: ``what``
+                          (configuration files, fencing file, heartbeat
+                          keys) and ``reason`` naming the culprit; the
+                          version loaded before stays in force
 ``not_leader``            once when this copy loses leadership
 ``leader``                once when it (re)gains it
 ``plan_blocked``          ``by``: gates that blocked the whole plan (a
@@ -132,13 +140,16 @@ PAUSED = 'paused'
 RESUMED = 'resumed'
 PAUSE_EXPIRED = 'pause_expired'
 POWER_UNPROVEN = 'power_unproven'
+RELOADED = 'config_reloaded'
+RELOAD_REFUSED = 'reload_refused'
 
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_UNANSWERED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
                       NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR, PLAN_BLOCKED,
-                      RECOVERY_HELD, UP_OVERDUE, PAUSED, POWER_UNPROVEN})
+                      RECOVERY_HELD, UP_OVERDUE, PAUSED, POWER_UNPROVEN,
+                      RELOAD_REFUSED})
 
 
 def _value(v) -> str:

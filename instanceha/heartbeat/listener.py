@@ -327,6 +327,18 @@ class HeartbeatListener:
         """The listener's monotonic clock (compare with ``received``)."""
         return self._clock()
 
+    def set_keys(self, keys: keys_mod.HostKeys) -> None:
+        """Use other keys from now on (a reload: new files or key mode).
+
+        One assignment each: a datagram being checked uses the old keys
+        or the new ones, never a mix.
+        """
+        if not keys.ring.keys:
+            raise ValueError('heartbeat listener needs at least one key')
+        self._host_ring = keys
+        self._keyring = keys
+        self._keys = self._host_keys
+
     def _reload_keys(self) -> None:
         if isinstance(self._keyring, keys_mod.HostKeys):
             self._keyring.reload()

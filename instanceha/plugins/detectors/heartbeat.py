@@ -91,6 +91,9 @@ class HeartbeatDetector(base.Detector):
                    'fresh -> alive (isolated if Nova says down), stale -> '
                    'failed')
 
+    #: What :meth:`reload` re-reads (for the reload's messages).
+    RELOADS = 'heartbeat keys'
+
     def __init__(self, conf, listener=None):
         super().__init__(conf)
         #: A HeartbeatListener; built by start() through the listener
@@ -131,6 +134,32 @@ class HeartbeatDetector(base.Detector):
                 group.key_mode)
         except ValueError as exc:
             raise exceptions.ConfigurationError(str(exc)) from None
+
+    def reload(self) -> str | None:
+        """SIGHUP: the key files and key mode, re-read and checked.
+
+        Returns what changed (None: nothing). The listener switches to
+        the new keys at once; the current and previous master keys are
+        both accepted while ``previous_key_file`` is set (a rotation).
+
+        :raises ConfigurationError: a key file is missing, unreadable or
+            too short (named, never its content); the keys loaded before
+            stay in force.
+        """
+        group = self.conf.heartbeat
+        lst = self.listener
+        old = getattr(lst, '_host_ring', None) if lst is not None else None
+        if lst is None or not hasattr(lst, 'set_keys'):
+            return None
+        ring = self._keyring()
+        if old is not None and (old.ring.keys, old.mode) == (
+                ring.ring.keys, ring.mode):
+            return None
+        lst.set_keys(ring)
+        return ('heartbeat keys reloaded: key_file %s, previous_key_file '
+                '%s, key_mode %s' % (group.key_file,
+                                     group.previous_key_file or '(none)',
+                                     group.key_mode))
 
     def validate(self) -> None:
         self._keyring()

@@ -21,7 +21,13 @@ powers the host on through the level that fenced it (or, after a restart
 of the service that forgot it, through the levels in order).
 
 A host without an entry is never fenced: ``configured()`` is False and
-``fence()`` raises, so the engine never evacuates it (R9).
+``fence()`` raises, so the engine never evacuates it.
+
+:meth:`Topology.reload` (SIGHUP) re-reads and re-checks the fencing file
+and swaps it in whole, or refuses it and keeps the old one. A call in
+progress keeps the file it started with to its end (a fence mid-chain
+is never switched to other devices); the old file's devices are released
+once no call uses them.
 """
 
 import logging
@@ -50,6 +56,9 @@ class ChainError(exceptions.FencingError):
 class Topology(ports.Fencer):
     """Fences hosts through the levels of the fencing file."""
 
+    #: What :meth:`reload` re-reads (for the reload's messages).
+    RELOADS = 'fencing file'
+
     def __init__(self, conf: cfg.ConfigOpts, fencing: config.FencingFile,
                  clock: ports.Clock | None = None):
         self.conf = conf
@@ -58,6 +67,10 @@ class Topology(ports.Fencer):
         #: given the same clock by the factory that built them.
         self.clock = clock or clock_mod.SystemClock()
         self._fenced_by: dict[str, int] = {}
+        #: The file and devices of the level that fenced each host: the
+        #: level that powers it on again, even after a reload renumbered
+        #: the levels.
+        self._fenced_with: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
         self._ambiguous: set[str] = set()
@@ -65,6 +78,13 @@ class Topology(ports.Fencer):
         #: action)``; returns the seconds it may take or raises (the
         #: engine's leadership guard installs itself here).
         self.device_guard = None
+        #: Builds the devices of a reloaded file (default: the installed
+        #: drivers on ``clock``).
+        self.devices: devices_mod.DeviceFactory | None = None
+        #: Calls in progress per file (id), and files replaced by a
+        #: reload whose devices are released when their last call ends.
+        self._users: dict[int, int] = {}
+        self._retired: dict[int, config.FencingFile] = {}
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts, *,
@@ -80,14 +100,65 @@ class Topology(ports.Fencer):
             first bad entry, so the service fails fast.
         """
         devices = devices or devices_mod.DeviceFactory(clock)
-        return cls(conf, config.load(conf, strict=True, devices=devices),
+        topo = cls(conf, config.load(conf, strict=True, devices=devices),
                    clock=clock or devices.clock)
+        topo.devices = devices
+        return topo
+
+    # -- reload ---------------------------------------------------------------
+
+    def reload(self) -> str | None:
+        """Re-read and re-check ``[fencing] config_file``; swap it in.
+
+        Returns what changed (None: nothing). Calls in progress finish
+        with the file they started with.
+
+        :raises ConfigurationError: naming the file, host, level, device
+            and key of the first bad entry; the file loaded before stays
+            in force.
+        """
+        devices = self.devices or devices_mod.DeviceFactory(self.clock)
+        new = config.load(self.conf, strict=True, devices=devices)
+        with self._lock:
+            old = self.file
+            if old.nova_hosts is not None:
+                new.learn_hosts(old.nova_hosts)
+            self.file = new
+            self._ambiguous.clear()
+            # Released now, or by the last call still using it.
+            in_use = bool(self._users.get(id(old)))
+            if in_use:
+                self._retired[id(old)] = old
+        if not in_use:
+            _stop_file(old)
+        return describe_change(old, new)
+
+    def _acquire(self) -> config.FencingFile:
+        """The file in force, held until :meth:`_release`."""
+        with self._lock:
+            file = self.file
+            self._users[id(file)] = self._users.get(id(file), 0) + 1
+            return file
+
+    def _release(self, file: config.FencingFile) -> None:
+        with self._lock:
+            left = self._users[id(file)] - 1
+            if left:
+                self._users[id(file)] = left
+                return
+            del self._users[id(file)]
+            retired = self._retired.pop(id(file), None)
+        if retired is not None:
+            _stop_file(retired)
 
     # -- look-up ------------------------------------------------------------
 
-    def _entry(self, host: str) -> config.HostEntry | None:
-        key = self.file.find(host)
-        return self.file.hosts.get(key) if key else None
+    def _entry(self, host: str,
+               file: config.FencingFile | None = None
+               ) -> config.HostEntry | None:
+        file = file or self.file
+        key = file.find(host)
+        return file.hosts.get(key) if key else None
 
     def learn_hosts(self, hosts) -> None:
         """Nova's compute host names: a key naming two is ambiguous."""
@@ -106,16 +177,18 @@ class Topology(ports.Fencer):
                           exc, host)
             return False
 
-    def levels(self, host: str) -> list[list[base.FencingDriver]]:
+    def levels(self, host: str, file: config.FencingFile | None = None
+               ) -> list[list[base.FencingDriver]]:
         """The host's levels; raises FencingError if it has none."""
+        file = file or self.file
         try:
-            entry = self._entry(host)
+            entry = self._entry(host, file)
         except exceptions.ConfigurationError as exc:
             raise exceptions.FencingError(str(exc)) from None
         if entry is None:
             raise exceptions.FencingError(
                 'host %s has no entry in the fencing file %s: it cannot be '
-                'fenced and is never evacuated' % (host, self.file.path))
+                'fenced and is never evacuated' % (host, file.path))
         return entry.levels
 
     def _host_lock(self, host: str) -> threading.Lock:
@@ -174,9 +247,8 @@ class Topology(ports.Fencer):
         return ports.FenceResult(host=host, level=index, devices=tuple(
             d.device for d in devices))
 
-    def _walk(self, host: str, action: str,
-              order: list[int]) -> ports.FenceResult:
-        levels = self.levels(host)
+    def _walk(self, host: str, action: str, order: list[int],
+              levels: list[list[base.FencingDriver]]) -> ports.FenceResult:
         deadline = self.clock.monotonic() + self.conf.fencing.chain_timeout
         failures: list[str] = []
         for index in order:
@@ -199,27 +271,50 @@ class Topology(ports.Fencer):
 
     def fence(self, host: str) -> ports.FenceResult:
         with self._host_lock(host):
-            levels = self.levels(host)
-            result = self._walk(host, 'off', list(range(1, len(levels) + 1)))
+            file = self._acquire()
+            try:
+                levels = self.levels(host, file)
+                result = self._walk(host, 'off', list(range(
+                    1, len(levels) + 1)), levels)
+            finally:
+                self._release(file)
             with self._lock:
                 self._fenced_by[host] = result.level
+                self._fenced_with[host] = (file, _signature(
+                    levels[result.level - 1]))
             return result
 
     def unfence(self, host: str) -> ports.FenceResult:
         with self._host_lock(host):
-            levels = self.levels(host)
-            order = list(range(1, len(levels) + 1))
-            with self._lock:
-                fenced_by = self._fenced_by.get(host)
-            if fenced_by is not None and fenced_by <= len(levels):
-                order = [fenced_by]
-            else:
-                LOG.info('host %s: the level that fenced it is not known '
-                         '(service restarted?); powering on through the '
-                         'levels in order', host)
-            result = self._walk(host, 'on', order)
+            file = self._acquire()
+            try:
+                levels = self.levels(host, file)
+                order = list(range(1, len(levels) + 1))
+                with self._lock:
+                    fenced_by = self._fenced_by.get(host)
+                    fenced_in, fenced_with = self._fenced_with.get(
+                        host, (None, None))
+                if fenced_in is file:
+                    same = [fenced_by]
+                else:  # reloaded since: the same devices, if still there
+                    same = [i for i, level in enumerate(levels, 1)
+                            if _signature(level) == fenced_with]
+                if same:
+                    order = same[:1]
+                elif fenced_with is not None:
+                    LOG.info('host %s: the level that fenced it is no longer '
+                             'in the fencing file (reloaded since); powering '
+                             'on through the levels in order', host)
+                else:
+                    LOG.info('host %s: the level that fenced it is not known '
+                             '(service restarted?); powering on through the '
+                             'levels in order', host)
+                result = self._walk(host, 'on', order, levels)
+            finally:
+                self._release(file)
             with self._lock:
                 self._fenced_by.pop(host, None)
+                self._fenced_with.pop(host, None)
             return result
 
     def power_state(self, host: str) -> ports.PowerReading:
@@ -229,8 +324,16 @@ class Topology(ports.Fencer):
         outlet of a dual-fed server proves nothing); a level whose every
         device reports on says the host may be running.
         """
+        file = self._acquire()
         try:
-            levels = self.levels(host)
+            return self._power_state(host, file)
+        finally:
+            self._release(file)
+
+    def _power_state(self, host: str,
+                     file: config.FencingFile) -> ports.PowerReading:
+        try:
+            levels = self.levels(host, file)
         except exceptions.FencingError as exc:
             return ports.PowerReading(host=host, off=False, detail=str(exc))
         said: list[str] = []
@@ -255,12 +358,55 @@ class Topology(ports.Fencer):
 
     def stop(self) -> None:
         """Release every driver's resources (sessions, temporary files)."""
-        for entry in self.file.hosts.values():
-            for level in entry.levels:
-                for drv in level:
-                    drv.stop()
+        with self._lock:
+            files = [self.file, *self._retired.values()]
+            self._retired.clear()
+        for file in files:
+            _stop_file(file)
 
     def fenced_by(self, host: str) -> int | None:
         """The level that last fenced ``host`` (None if not known)."""
         with self._lock:
             return self._fenced_by.get(host)
+
+
+def _stop_file(file: config.FencingFile) -> None:
+    for entry in file.hosts.values():
+        for level in entry.levels:
+            for drv in level:
+                try:
+                    drv.stop()
+                except Exception as exc:  # noqa: release the others
+                    LOG.warning('host %s device %s: releasing it failed: %s',
+                                drv.host, drv.device, drv.redact(str(exc)))
+
+
+def _signature(level: list[base.FencingDriver]) -> tuple:
+    """What a level acts on: its devices' drivers and targets."""
+    return tuple((drv.name, drv.describe_target()) for drv in level)
+
+
+def _settings(entry: config.HostEntry) -> tuple:
+    return tuple(tuple((drv.name, sorted(drv.params.items(), key=str))
+                       for drv in level) for level in entry.levels)
+
+
+def describe_change(old: config.FencingFile,
+                    new: config.FencingFile) -> str | None:
+    """Hosts added, removed and changed between two files (no secret)."""
+    added = sorted(set(new.hosts) - set(old.hosts))
+    removed = sorted(set(old.hosts) - set(new.hosts))
+    changed = sorted(h for h in set(old.hosts) & set(new.hosts)
+                     if _settings(old.hosts[h]) != _settings(new.hosts[h]))
+    if old.path != new.path:
+        head = 'fencing file %s (was %s)' % (new.path, old.path)
+    elif not (added or removed or changed):
+        return None
+    else:
+        head = 'fencing file %s' % new.path
+    parts = ['%d host(s)' % len(new.hosts)]
+    for what, hosts in (('added', added), ('removed', removed),
+                        ('changed', changed)):
+        if hosts:
+            parts.append('%s: %s' % (what, ', '.join(hosts)))
+    return '%s reloaded: %s' % (head, '; '.join(parts))

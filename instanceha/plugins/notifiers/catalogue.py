@@ -124,6 +124,9 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
     ev.RESUMED: ('instanceha.service.resumed', base.INFO, SERVICE),
     ev.PAUSE_EXPIRED: ('instanceha.service.pause.expired', base.INFO,
                        SERVICE),
+    ev.RELOADED: ('instanceha.service.reload', base.INFO, SERVICE),
+    ev.RELOAD_REFUSED: ('instanceha.service.reload.error', base.ERROR,
+                        SERVICE),
 }
 
 #: Failed evacuations with no retry ahead are errors, not warnings.
