@@ -20,7 +20,10 @@ rebuilt (through Nova's migration records, so the truth is in Nova and
 survives a restart), restores their power state, unlocks them, and starts
 up to ``budget`` new evacuations. The strategy is consulted for policy
 only: the order (``priority``), which pending instances may start now
-(``ready``), retries, time-outs and locking.
+(``ready``), where each goes (``choose_target``, from a read-only
+:class:`instanceha.engine.placement.PlacementView`: the job proposes, the
+strategy decides, Nova's scheduler validates), retries, time-outs and
+locking.
 
 Restart limits (R17): an instance is retried on the same destination at
 most ``[evacuation] same_target_retries`` times, then on other hosts, and
@@ -34,13 +37,17 @@ valid host") rarely clears within a second.
 from collections.abc import Callable
 import dataclasses
 import enum
+import logging
 import re
 import typing
 
 from instanceha.engine import events
 from instanceha.engine import model
+from instanceha.engine import placement
 from instanceha.engine import ports
 from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
 
 #: Migration statuses of an evacuation that is still running.
 MIGRATION_RUNNING = frozenset({'accepted', 'pre-migrating', 'migrating',
@@ -204,6 +211,14 @@ class Policy(typing.Protocol):
 
     def ready(self, tasks: list['InstanceTask']) -> list['InstanceTask']:
         """The pending tasks that may start now, in order."""
+
+    def choose_target(self, task: 'InstanceTask',
+                      view: placement.PlacementView) -> str | None:
+        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
+
+        A host (a request Nova's scheduler still validates), or None for
+        Nova's scheduler to choose; see :meth:`EvacuationJob._placer`.
+        """
 
 
 class EvacuationJob:
@@ -472,13 +487,69 @@ class EvacuationJob:
                              reason, snapshot, events.EVACUATE_FAILED,
                              dest=rec.dest_host, reason=reason)
 
-    def _start(self, env, task: InstanceTask, snapshot) -> None:
+    def _placer(self, env, snapshot: model.Snapshot | None
+                ) -> Callable[[InstanceTask], str | None]:
+        """Asks the strategy where each evacuate call of this step goes.
+
+        The strategy sees a read-only :class:`placement.PlacementView`
+        (never the environment) and returns a host, or None for Nova's
+        scheduler; the built-in strategies keep the engine's proposal
+        (``task.target``: the reserved spare, R17's next host). Free room
+        is read from the cloud at most once per step, and only if the
+        strategy looks at it; the calls of this step are counted against
+        it. A strategy that fails leaves the engine's proposal: placement
+        is advice, never a reason not to evacuate.
+        """
+        read: list = []
+        asked: dict[str, list[str]] = {}
+
+        def free():
+            if not read:
+                try:
+                    read.append(env.cloud.free_vcpus())
+                except exceptions.CloudError as exc:
+                    LOG.warning('free room of the hosts unknown (%s); '
+                                'Nova\'s scheduler still checks each '
+                                'target', exc)
+                    read.append(None)
+            return read[0]
+
+        def choose(task: InstanceTask) -> str | None:
+            moving: dict[str, list[str]] = {}
+            for other in self.tasks.values():
+                if other.state is TaskState.IN_FLIGHT and other.target:
+                    moving.setdefault(other.target, []).append(
+                        other.server_id)
+            view = placement.build(
+                snapshot, self.host, spare=self.target, free=free,
+                servers=self._servers, on_the_way=moving,
+                asked_since_free=asked)
+            try:
+                target = self.strategy.choose_target(task, view)
+            except Exception:
+                LOG.exception('evacuation strategy %s failed to choose a '
+                              'target for %s; asking for %s',
+                              getattr(self.strategy, 'name', '') or
+                              type(self.strategy).__name__,
+                              task.server_id, task.target or
+                              'Nova\'s choice')
+                return task.target
+            if target is not None:
+                asked.setdefault(target, []).append(task.server_id)
+            return target
+        return choose
+
+    def _start(self, env, task: InstanceTask, snapshot,
+               choose: Callable[[InstanceTask], str | None] | None = None
+               ) -> None:
         if (self.strategy.lock_instances and not task.locked_by_us and
                 not task.foreign_lock):
             env.cloud.set_server_lock(task.server_id, True, lock_reason(
                 self.host, task.original_status))
             task.locked_by_us = True
             self._emit(env, events.SERVER_LOCKED, server=task.server_id)
+        if choose is not None:
+            task.target = choose(task)
         task.attempts += 1
         try:
             env.cloud.evacuate(task.server_id, host=task.target)
@@ -599,6 +670,7 @@ class EvacuationJob:
                     self._unlock(env, task)
             return self.progress()
         now = env.clock.monotonic()
+        choose = self._placer(env, ctx.snapshot)
         for task in self.strategy.ready(self._sorted()):
             if budget <= 0 or not env.coordinator.is_leader():
                 break
@@ -609,7 +681,7 @@ class EvacuationJob:
                 return dataclasses.replace(self.progress(),
                                            unproven=reading)
             task.not_before = None
-            self._start(env, task, ctx.snapshot)
+            self._start(env, task, ctx.snapshot, choose)
             budget -= 1
         return self.progress()
 

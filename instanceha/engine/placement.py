@@ -31,8 +31,11 @@ instances on their way there, so a strategy spreading by load sees its
 own earlier choices.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
 import dataclasses
+import functools
 import types
 
 from instanceha.engine import model
@@ -75,23 +78,95 @@ class HostRoom:
 class PlacementView:
     """The other hosts of the cloud, from one failed host's point of view.
 
-    Read-only: mappings are proxies and every value is frozen.
+    Read-only: mappings are proxies and every value is frozen. Built from
+    a snapshot by :func:`build`; what it derives (``hosts``, ``needs``,
+    the failed host's domains) is computed on first use, so a strategy
+    that never looks (the built-in ones keep the engine's proposal) costs
+    nothing, and the free-room read is made at most once per job step.
     """
 
     #: The fenced host whose instances are being placed.
     failed_host: str
-    #: Every other compute host by name (eligible or not).
-    hosts: Mapping[str, HostRoom]
     #: The spare the reservation strategy enabled for the failed host's
     #: instances to be rebuilt on (``[reservation] evacuate_to_spare``),
     #: else None. A spare enabled only as room is an ordinary host here.
     spare: str | None = None
-    #: Server id -> vCPUs its flavor asks for (None: unknown).
-    needs: Mapping[str, int | None] = dataclasses.field(
-        default_factory=lambda: types.MappingProxyType({}))
-    #: Names of the failed host's aggregates and its availability zone.
-    failed_aggregates: frozenset[str] = frozenset()
-    failed_zone: str | None = None
+    snapshot: model.Snapshot | None = dataclasses.field(
+        default=None, repr=False, compare=False)
+    #: host -> free vCPUs, or a callable reading it (once) when needed.
+    free: Mapping[str, int] | Callable[[], Mapping[str, int] | None] | None \
+        = dataclasses.field(default=None, repr=False, compare=False)
+    servers: tuple[model.Server, ...] = dataclasses.field(
+        default=(), repr=False, compare=False)
+    on_the_way: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+    asked_since_free: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def needs(self) -> Mapping[str, int | None]:
+        """Server id -> vCPUs its flavor asks for (None: unknown)."""
+        found = {}
+        if self.snapshot is not None:
+            found = {s.id: s.flavor.vcpus
+                     for s in self.snapshot.servers_on(self.failed_host)}
+        found.update({s.id: s.flavor.vcpus for s in self.servers})
+        return types.MappingProxyType(found)
+
+    @functools.cached_property
+    def failed_aggregates(self) -> frozenset[str]:
+        """Names of the failed host's aggregates."""
+        if self.snapshot is None:
+            return frozenset()
+        return frozenset(a.name for a in self.snapshot.aggregates_of(
+            self.failed_host))
+
+    @functools.cached_property
+    def failed_zone(self) -> str | None:
+        """The failed host's availability zone."""
+        if self.snapshot is None:
+            return None
+        return _zone(self.failed_host, self.snapshot)
+
+    @functools.cached_property
+    def hosts(self) -> Mapping[str, HostRoom]:
+        """Every other compute host by name (eligible or not)."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return types.MappingProxyType({})
+        free = self.free() if callable(self.free) else self.free
+        vcpus = self.needs
+        hosts = {}
+        for svc in snapshot.services:
+            if svc.host == self.failed_host:
+                continue
+            listed = snapshot.servers_on(svc.host)
+            coming = self.on_the_way.get(svc.host, ())
+            used = sum(s.flavor.vcpus or 0 for s in listed) + sum(
+                vcpus.get(i) or 0 for i in coming)
+            room = None if free is None else free.get(svc.host)
+            if room is not None:
+                room -= sum(vcpus.get(i) or 0
+                            for i in self.asked_since_free.get(svc.host, ()))
+            mine = frozenset(a.name for a in snapshot.aggregates_of(svc.host))
+            its_zone = _zone(svc.host, snapshot)
+            if mine & self.failed_aggregates:
+                closeness = SAME_AGGREGATE
+            elif self.failed_zone is not None and its_zone == self.failed_zone:
+                closeness = SAME_ZONE
+            else:
+                closeness = ELSEWHERE
+            # The spare was enabled for this evacuation, maybe after the
+            # snapshot was taken: its "disabled" there is stale.
+            enabled = not svc.disabled or svc.host == self.spare
+            hosts[svc.host] = HostRoom(
+                host=svc.host,
+                eligible=(svc.state == model.UP and enabled
+                          and not svc.forced_down),
+                free_vcpus=room, used_vcpus=used,
+                instances=len(listed) + len(coming), zone=its_zone,
+                aggregates=mine, closeness=closeness)
+        return types.MappingProxyType(hosts)
 
     def need(self, server_id: str) -> int:
         """vCPUs the server asks for (0 when unknown)."""
@@ -123,57 +198,30 @@ def _zone(host: str, snapshot: model.Snapshot) -> str | None:
     return None
 
 
-def build(snapshot: model.Snapshot, failed_host: str, *,
+def build(snapshot: model.Snapshot | None, failed_host: str, *,
           spare: str | None = None,
-          free: Mapping[str, int] | None = None,
+          free: Mapping[str, int] | Callable[[], Mapping[str, int] | None]
+          | None = None,
           servers: Iterable[model.Server] = (),
           on_the_way: Mapping[str, Iterable[str]] | None = None,
           asked_since_free: Mapping[str, Iterable[str]] | None = None
           ) -> PlacementView:
     """The view of ``snapshot`` for placing ``failed_host``'s instances.
 
-    :param free: host -> free vCPUs as the cloud reports them; None (or a
-        host missing from it) when it does not say.
+    :param free: host -> free vCPUs as the cloud reports them, or a
+        callable reading them when first needed; None (or a host missing
+        from it) when the cloud does not say.
     :param servers: the failed host's instances (for their flavors'
-        vCPUs; an instance the snapshot lists is found there too).
+        vCPUs; an instance the snapshot lists there is found anyway).
     :param on_the_way: host -> server ids this evacuation sent there that
         Nova does not list there yet (counted as used).
     :param asked_since_free: host -> server ids asked for there after
         ``free`` was read (subtracted from it).
     """
-    vcpus = {s.id: s.flavor.vcpus for s in snapshot.servers_on(failed_host)}
-    vcpus.update({s.id: s.flavor.vcpus for s in servers})
-    moving = {h: list(ids) for h, ids in (on_the_way or {}).items()}
-    asked = {h: list(ids) for h, ids in (asked_since_free or {}).items()}
-    aggs = frozenset(a.name for a in snapshot.aggregates_of(failed_host))
-    zone = _zone(failed_host, snapshot)
-    hosts = {}
-    for svc in snapshot.services:
-        if svc.host == failed_host:
-            continue
-        listed = snapshot.servers_on(svc.host)
-        coming = moving.get(svc.host, [])
-        used = sum(s.flavor.vcpus or 0 for s in listed) + sum(
-            vcpus.get(i) or 0 for i in coming)
-        room = None if free is None else free.get(svc.host)
-        if room is not None:
-            room -= sum(vcpus.get(i) or 0 for i in asked.get(svc.host, []))
-        mine = frozenset(a.name for a in snapshot.aggregates_of(svc.host))
-        its_zone = _zone(svc.host, snapshot)
-        if mine & aggs:
-            closeness = SAME_AGGREGATE
-        elif zone is not None and its_zone == zone:
-            closeness = SAME_ZONE
-        else:
-            closeness = ELSEWHERE
-        hosts[svc.host] = HostRoom(
-            host=svc.host,
-            eligible=(svc.state == model.UP and not svc.disabled
-                      and not svc.forced_down),
-            free_vcpus=room, used_vcpus=used,
-            instances=len(listed) + len(coming), zone=its_zone,
-            aggregates=mine, closeness=closeness)
+    def frozen(groups):
+        return types.MappingProxyType(
+            {h: tuple(ids) for h, ids in (groups or {}).items()})
     return PlacementView(
-        failed_host=failed_host, hosts=types.MappingProxyType(hosts),
-        spare=spare, needs=types.MappingProxyType(vcpus),
-        failed_aggregates=aggs, failed_zone=zone)
+        failed_host=failed_host, spare=spare, snapshot=snapshot, free=free,
+        servers=tuple(servers), on_the_way=frozen(on_the_way),
+        asked_since_free=frozen(asked_since_free))

@@ -17,9 +17,11 @@ progress) is the engine's (:mod:`instanceha.engine.evacuation`); a
 strategy says only:
 
 * when a host counts as done (``tracks``: accepted call vs. rebuild done),
-* how often a failed rebuild is retried (``retries``), and
+* how often a failed rebuild is retried (``retries``),
 * which pending instances may start now (:meth:`ready`), in which order
-  (:meth:`priority`).
+  (:meth:`priority`), and
+* where each goes (:meth:`choose_target`, from a read-only
+  :class:`instanceha.engine.placement.PlacementView`).
 
 The job machinery's names are re-exported here for strategies written
 against them (``base.InstanceTask``, ``base.TaskState``).
@@ -28,6 +30,7 @@ against them (``base.InstanceTask``, ``base.TaskState``).
 from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import evacuation
 from instanceha.engine import model
+from instanceha.engine import placement
 from instanceha.plugins import base
 
 # Re-exported: strategies (in tree and out of it) name these through
@@ -82,6 +85,21 @@ class EvacuationStrategy(base.Driver):
     def ready(self, tasks: list[InstanceTask]) -> list[InstanceTask]:
         """The pending tasks that may start now, in order."""
         return [t for t in tasks if t.state is TaskState.PENDING]
+
+    def choose_target(self, task: InstanceTask,
+                      view: placement.PlacementView) -> str | None:
+        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
+
+        None lets Nova's scheduler choose; a host named here is a request
+        Nova's scheduler still validates (never forced). ``view`` is a
+        read-only picture of the other hosts (room, failure domains, the
+        reserved spare), never the environment. The default keeps the
+        engine's proposal, ``task.target``: the reserved spare when
+        instances are to be rebuilt on it, after repeated failures on one
+        host another one (``[evacuation] same_target_retries``), else
+        None -- what the built-in strategies always chose.
+        """
+        return task.target
 
     def begin(self, host: str, servers: list[model.Server], *,
               target: str | None = None, since=None) -> EvacuationJob:
