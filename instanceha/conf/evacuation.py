@@ -90,6 +90,17 @@ OPTS = [
                      'rebuilds first and have the instances of others on '
                      'the same host given up; use it only where every '
                      'tenant is trusted.'),
+    cfg.ListOpt('spread_domains', default=['aggregate', 'zone'],
+                item_type=cfg.types.String(choices=[
+                    ('aggregate', 'hosts sharing a host aggregate with the '
+                                  'failed host'),
+                    ('zone', 'hosts in the failed host\'s availability '
+                             'zone')]),
+                help='Spread strategy: which hosts count as the failed '
+                     'host\'s failure domain, closest first. Its instances '
+                     'go to the least loaded host with room in the first '
+                     'of these, then the next, then anywhere. Empty: the '
+                     'least loaded host anywhere.'),
 ]
 
 

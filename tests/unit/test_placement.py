@@ -10,15 +10,33 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The placement view: what a placement policy sees, as plain values."""
+"""The placement view, the spread strategy, and the job asking for targets.
 
+The view and the strategy are pure policy on values; the job's side runs
+on the simulator's Nova (the one fake cloud of the tests), which
+validates a requested host the way Nova's scheduler does.
+"""
+
+import contextlib
 import datetime
+import math
 
+import fixtures
 import testtools
 
+from instanceha.engine import executor
 from instanceha.engine import model
 from instanceha.engine import placement
+from instanceha.engine import ports
+from instanceha import exceptions
 from instanceha.plugins.evacuation import base
+from instanceha.plugins.evacuation import base as evac_base
+from instanceha.plugins.evacuation import smart
+from instanceha.plugins.evacuation import spread
+from instanceha.sim import clock as sim_clock
+from instanceha.sim import events as sim_events
+from instanceha.sim import world as sim_world
+from tests import conf_fixture
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -90,3 +108,197 @@ class TestView(testtools.TestCase):
         self.assertTrue(view.fits('zone-b', 'v1'))
         self.assertEqual(['far', 'rack-a', 'zone-b'],
                          [r.host for r in view.candidates('v1')])
+
+    def test_derived_only_when_looked_at(self):
+        # The built-in strategies never look: no host walk, no read.
+        reads = []
+
+        def read():
+            reads.append(1)
+            return {'rack-a': 5}
+        view = placement.build(self.snap, 'failed', free=read, spare='s')
+        self.assertEqual('s', view.spare)
+        self.assertEqual([], reads)
+        self.assertTrue(view.fits('rack-a', 'v1'))
+        view.candidates('v1')
+        self.assertEqual([1], reads)
+
+
+class TestSpread(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.fixture = self.useFixture(conf_fixture.ConfFixture(
+            **{'evacuation.strategy': 'spread'}))
+        self.strategy = spread.SpreadEvacuation(self.fixture.conf)
+        self.services = [service('failed'), service('a1'), service('a2'),
+                         service('z1'), service('far', zone='az2')]
+        self.aggs = (model.Aggregate('1', 'rack', frozenset(
+            {'failed', 'a1', 'a2'})),)
+
+    def view(self, servers=(), free=None, spare=None, **kw):
+        snap = model.Snapshot(
+            taken_at=T0, services=tuple(self.services),
+            servers=(server('v1', 'failed'),) + tuple(servers),
+            aggregates=self.aggs)
+        return placement.build(snap, 'failed', free=free, spare=spare, **kw)
+
+    def test_least_loaded_of_the_same_aggregate_first(self):
+        view = self.view([server('x', 'a1', 4), server('y', 'a2', 2)])
+        self.assertEqual('a2', self.strategy.choose_target(task('v1'), view))
+
+    def test_its_own_earlier_choices_count(self):
+        view = self.view(on_the_way={'a1': ['v0']}, servers=[
+            server('v0', 'failed')])
+        self.assertEqual('a2', self.strategy.choose_target(task('v1'), view))
+
+    def test_then_the_zone_then_anywhere(self):
+        free = {'a1': 1, 'a2': 0, 'z1': 2, 'far': 50}
+        self.assertEqual('z1', self.strategy.choose_target(
+            task('v1'), self.view(free=free)))
+        free['z1'] = 1
+        self.assertEqual('far', self.strategy.choose_target(
+            task('v1'), self.view(free=free)))
+
+    def test_no_room_anywhere_lets_nova_choose(self):
+        free = dict.fromkeys(['a1', 'a2', 'z1', 'far'], 1)
+        self.assertIsNone(self.strategy.choose_target(
+            task('v1'), self.view(free=free)))
+
+    def test_not_eligible_hosts_are_never_chosen(self):
+        self.services[1] = service('a1', status='disabled')
+        self.services[2] = service('a2', state='down')
+        self.assertEqual('z1', self.strategy.choose_target(
+            task('v1'), self.view()))
+
+    def test_restart_limits_move_on(self):
+        failed = task('v1', failures={'a1': 2})
+        self.assertEqual('a2', self.strategy.choose_target(
+            failed, self.view([server('y', 'a2', 8)])))
+
+    def test_the_reserved_spare_first_while_it_has_room(self):
+        self.assertEqual('far', self.strategy.choose_target(
+            task('v1'), self.view(spare='far')))
+        self.assertEqual('a1', self.strategy.choose_target(
+            task('v1'), self.view(spare='far', free={'far': 1})))
+
+    def test_zone_only(self):
+        self.fixture.set(**{'evacuation.spread_domains': ['zone']})
+        view = self.view([server('x', 'a1', 4), server('y', 'a2', 2)])
+        self.assertEqual('z1', self.strategy.choose_target(task('v1'), view))
+
+    def test_validate_names_the_option(self):
+        self.fixture.set(**{'evacuation.spread_domains': ['zone', 'zone']})
+        exc = self.assertRaises(exceptions.ConfigurationError,
+                                self.strategy.validate)
+        self.assertIn('[evacuation] spread_domains', str(exc))
+        self.assertIn('spread_domains', ' '.join(
+            self.strategy.get_properties()))
+
+
+class _Leader(ports.Coordinator):
+    def is_leader(self):
+        return True
+
+    def proven_for(self):
+        return math.inf
+
+    @contextlib.contextmanager
+    def host_lock(self, host):
+        yield
+
+
+class _Events(ports.EventSink):
+    def __init__(self):
+        self.seen = []
+
+    def emit(self, event, host=None, **details):
+        self.seen.append((event, details))
+
+
+class _Cloud(sim_world.SimCloud):
+    """The simulator's Nova, counting the free-room reads."""
+
+    reads = 0
+
+    def free_vcpus(self):
+        self.reads += 1
+        return super().free_vcpus()
+
+
+class _Told(spread.SpreadEvacuation):
+    """Asks for what the test says and remembers the views it got."""
+
+    def __init__(self, conf, answer):
+        super().__init__(conf)
+        self.answer = answer
+        self.views = []
+
+    def choose_target(self, task, view):
+        self.views.append(view)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+class TestJobAsksTheStrategy(testtools.TestCase):
+    """The evacuation job's side of the hook, on the simulator's Nova."""
+
+    def setUp(self):
+        super().setUp()
+        self.conf = self.useFixture(conf_fixture.ConfFixture(
+            **{'evacuation.strategy': 'spread'})).conf
+        clock = sim_clock.SimClock()
+        self.world = sim_world.World(clock, sim_events.EventLog(clock))
+        self.world.flavors['f'] = sim_world.Flavor('f', vcpus=2)
+        for n, name in enumerate(('h1', 'h2', 'h3')):
+            self.world.add_host(sim_world.Host(name=name, id=str(n)))
+        for sid in ('vm1', 'vm2'):
+            self.world.add_server(sim_world.Server(
+                id=sid, name=sid, host='h1', status='ACTIVE', flavor='f'))
+        self.world.set_power('h1', False)
+        h1 = self.world.hosts['h1']
+        h1.fence_proof = h1.forced_down = True
+        self.cloud = _Cloud(self.world)
+        self.events = _Events()
+        self.env = ports.Environment(
+            cloud=self.cloud, clock=clock, fencer=None,
+            coordinator=_Leader(), events=self.events,
+            executor=executor.InlineExecutor())
+
+    def step(self, strategy):
+        snap = self.cloud.snapshot()
+        job = strategy.begin('h1', list(snap.servers_on('h1')))
+        job.step(evac_base.StepContext(env=self.env, snapshot=snap,
+                                       budget=10))
+        return {m.server_id: m.requested_dest
+                for m in self.world.migrations}
+
+    def test_the_chosen_host_is_requested_from_nova(self):
+        told = _Told(self.conf, 'h3')
+        self.assertEqual({'vm1': 'h3', 'vm2': 'h3'}, self.step(told))
+        view = told.views[-1]
+        self.assertEqual('h1', view.failed_host)
+        self.assertEqual({'h2', 'h3'}, set(view.hosts))
+        # Free room read once per step; the first call is counted.
+        self.assertEqual(64 - 2, view.hosts['h3'].free_vcpus)
+        self.assertEqual(1, self.cloud.reads)
+        self.assertEqual(['h3', 'h3'], [d['target'] for e, d in
+                                        self.events.seen
+                                        if e == 'evacuate_requested'])
+
+    def test_spread_spreads(self):
+        strategy = spread.SpreadEvacuation(self.conf)
+        self.assertEqual({'vm1': 'h2', 'vm2': 'h3'}, self.step(strategy))
+
+    def test_a_failing_strategy_leaves_the_choice_to_nova(self):
+        logged = self.useFixture(fixtures.FakeLogger())
+        self.assertEqual({'vm1': None, 'vm2': None},
+                         self.step(_Told(self.conf, ValueError('bug'))))
+        self.assertIn('evacuation strategy _Told failed to choose a target '
+                      'for vm1; asking for Nova\'s choice', logged.output)
+
+    def test_the_built_in_strategies_read_nothing_more(self):
+        self.assertEqual({'vm1': None, 'vm2': None},
+                         self.step(smart.SmartEvacuation(self.conf)))
+        self.assertEqual(0, self.cloud.reads)
