@@ -449,6 +449,16 @@ class NovaCloud(ports.CloudPort):
         unique = {s['id']: s for s in raw}
         return tuple(_server(s) for s in unique.values())
 
+    def stopped_servers(self) -> tuple[model.Server, ...]:
+        """SHUTOFF and VERIFY_RESIZE servers: one filtered listing each."""
+        found: dict[str, model.Server] = {}
+        for status in ('SHUTOFF', 'VERIFY_RESIZE'):
+            raw = self._pages('list %s servers' % status, '/servers/detail',
+                              'servers', 'servers_links',
+                              {'all_tenants': 1, 'status': status})
+            found.update((s['id'], _server(s)) for s in raw)
+        return tuple(found[k] for k in sorted(found))
+
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:
         found = self._call('list aggregates', self.nova.aggregates.list)
         return tuple(_aggregate(a.to_dict()) for a in found)
@@ -712,6 +722,28 @@ class NovaCloud(ports.CloudPort):
         found = self._call('list actions of server %s' % server_id,
                            self.nova.instance_action.list, server_id)
         return [a.to_dict() for a in found]
+
+    def server_actions(self, server_id: str
+                       ) -> list[model.InstanceAction]:
+        """The server's instance actions, newest first.
+
+        A stop Nova's own power-state sync made (the guest died under a
+        running nova-compute) has no ``user_id``: the compute service
+        acts in an admin context without a user.
+        """
+        found = [model.InstanceAction(
+            action=a.get('action') or '', request_id=a.get('request_id'),
+            user_id=a.get('user_id') or None,
+            start_time=parse_time(a.get('start_time')),
+            message=a.get('message'))
+            for a in self.instance_actions(server_id)]
+        epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+        found.sort(key=lambda a: a.start_time or epoch, reverse=True)
+        return found
+
+    def start_server(self, server_id: str) -> None:
+        self._call('start server %s' % server_id, self.nova.servers.start,
+                   server_id)
 
     def set_server_metadata(self, server_id: str, key: str,
                             value: str) -> None:

@@ -112,6 +112,23 @@ class Migration:
 
 
 @dataclasses.dataclass(frozen=True)
+class InstanceAction:
+    """One of Nova's instance actions (``os-instance-actions``).
+
+    ``user_id`` is None for an action no user asked for: Nova's compute
+    service records its power-state sync's stop of a guest that died
+    under it without a user (an admin context without a user).
+    """
+
+    action: str
+    request_id: str | None = None
+    user_id: str | None = None
+    start_time: datetime.datetime | None = None
+    #: 'Error' when one of the action's events failed.
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Snapshot:
     """What one cycle knows about the cloud, taken at ``taken_at``."""
 

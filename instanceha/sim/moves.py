@@ -45,6 +45,10 @@ class Action:
     errors: list[str] = dataclasses.field(default_factory=list)
     #: The server's status before a cold migration (restored on confirm).
     prior: str | None = None
+    #: Who asked (None: nobody; Nova's power-state sync).
+    user_id: str | None = 'admin'
+    #: World time it was recorded.
+    start_time: float = 0.0
 
 
 def _refuse(what: str, text: str, status: int) -> exceptions.CloudError:
@@ -53,9 +57,10 @@ def _refuse(what: str, text: str, status: int) -> exceptions.CloudError:
 
 
 def _record(world: 'sim_world.World', srv: 'sim_world.Server',
-            action: str) -> Action:
+            action: str, user_id: str | None = 'admin') -> Action:
     actions = world.instance_actions.setdefault(srv.id, [])
-    act = Action('req-sim-%s-%d' % (srv.name, len(actions) + 1), action)
+    act = Action('req-sim-%s-%d' % (srv.name, len(actions) + 1), action,
+                 user_id=user_id, start_time=world.clock.t)
     actions.append(act)
     return act
 

@@ -45,6 +45,7 @@ from instanceha.sim import coordinator as sim_coord
 from instanceha.sim import events as sim_events
 from instanceha.sim import executor as sim_executor
 from instanceha.sim import fencing as sim_fencing
+from instanceha.sim import guests
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
 
@@ -380,6 +381,20 @@ class Simulation:
         elif name in ('stop-compute', 'start-compute'):
             need(1)
             w.set_compute(host, name == 'start-compute')
+        elif name in ('crash-instance', 'stop-instance', 'start-instance'):
+            need(1)
+            srv = w.server(a[0])
+            host, details = srv.host, {'server': srv.name}
+            if name == 'crash-instance':
+                opts = dict(zip(a[1::2], a[2::2]))
+                loop = float(opts['loop']) if 'loop' in opts else None
+                times = int(opts['times']) if 'times' in opts else None
+                if loop is not None:
+                    details['loop'] = loop
+                    details['times'] = times or 'always'
+                guests.crash(w, srv.name, loop, times)
+            else:
+                guests.user_power(w, srv.name, name == 'start-instance')
         elif name == 'bmc':
             need(2)
             if a[1] not in sim_world.BEHAVIOURS:

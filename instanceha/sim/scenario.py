@@ -56,6 +56,13 @@ COMMANDS = {
     'unisolate': ('HOST', 'restore the link to Nova'),
     'stop-compute': ('HOST', 'stop nova-compute (guests keep running)'),
     'start-compute': ('HOST', 'start nova-compute again'),
+    'crash-instance': ('SERVER [loop SECONDS] [times N]',
+                       'the guest dies on a healthy host (nova-compute\'s '
+                       'power sync then stops it, by no user); loop: it '
+                       'dies again SECONDS after each later start (N more '
+                       'times, default every start)'),
+    'stop-instance': ('SERVER', 'the instance\'s user stops it'),
+    'start-instance': ('SERVER', 'the instance\'s user starts it'),
     'bmc': ('DEVICE BEHAVIOUR', 'make a fencing device behave: %s'
             % ', '.join(sim_world.BEHAVIOURS)),
     'rebuild-fail': ('SERVER [on HOST] [times N]',

@@ -54,6 +54,7 @@ from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events
+from instanceha.sim import guests
 from instanceha.sim import moves
 
 #: BMC behaviours a scenario can switch on.
@@ -67,7 +68,7 @@ PAGE = 1000
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
               'get_server', 'lock', 'stop', 'reset_state', 'live_migrate',
               'cold_migrate', 'confirm_resize', 'metadata', 'any',
-              'services', 'capacity')
+              'services', 'capacity', 'start', 'actions', 'stopped')
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
 NOVA_ERRORS = ('500', '503', 'timeout', '409')
@@ -113,6 +114,10 @@ class Timing:
     kdump_interval: float = 10.0
     agent_interval: float = 5.0
     live_migration_time: float = 30.0
+    #: A dead guest is stopped in Nova by nova-compute's power sync.
+    power_sync_time: float = 2.0
+    #: A start (os-start) takes this long to run the guest.
+    start_time: float = 5.0
 
 
 @dataclasses.dataclass
@@ -272,6 +277,8 @@ class World:
         self.clock_skew = 0.0
         #: server id -> its instance actions (see instanceha.sim.moves).
         self.instance_actions: dict[str, list] = {}
+        #: server id -> its guest's crash loop (see instanceha.sim.guests).
+        self.crash_loops: dict[str, object] = {}
 
     # --- scheduling world events -------------------------------------
 
@@ -1013,6 +1020,34 @@ class SimCloud(ports.CloudPort):
         srv.status = 'SHUTOFF'
         srv.running_on.clear()
         w._changed(srv)
+        moves._record(w, srv, 'stop')
+
+    def start_server(self, server_id: str) -> None:
+        self._call()
+        self._faults('start', 'start server %s' % server_id,
+                     lambda: guests.api_start(self.world, server_id),
+                     any_too=False)
+
+    def server_actions(self, server_id: str
+                       ) -> list[model.InstanceAction]:
+        self._call()
+        srv = self._server(server_id)
+        self._faults('actions', 'list actions of server %s' % server_id,
+                     any_too=False)
+        w = self.world
+        return [model.InstanceAction(
+            action=a.action, request_id=a.request_id, user_id=a.user_id,
+            start_time=w.clock.at(a.start_time),
+            message='Error' if a.errors else None)
+            for a in reversed(w.instance_actions.get(srv.id, []))]
+
+    def stopped_servers(self) -> tuple[model.Server, ...]:
+        self._call(2)
+        self._faults('stopped', 'list stopped servers', any_too=False)
+        w = self.world
+        return tuple(w.server_model(s) for s in w.servers.values()
+                     if s.host is not None and
+                     s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
 
     def reset_server_state(self, server_id: str, state: str) -> None:
         self._call()

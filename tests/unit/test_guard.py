@@ -71,6 +71,7 @@ ARGS = {
     'evacuate': (('s1',), {}),
     'set_server_lock': (('s1', True, 'r'), {}),
     'stop_server': (('s1',), {}),
+    'start_server': (('s1',), {}),
     'reset_server_state': (('s1', 'error'), {}),
     'live_migrate': (('s1',), {}),
     'cold_migrate': (('s1', 'h2'), {}),
