@@ -72,6 +72,9 @@ LABELS = {
     ('evacuating', 'healthy'): 'operator disabled it with own reason',
     ('evacuated', 'healthy'): 'operator disabled it with own reason',
     ('powering_on', 'healthy'): 'operator disabled it with own reason',
+    ('healthy', 'service_down'): 'nova-compute down, host alive',
+    ('service_down', 'healthy'): 'nova-compute reports up: enabled',
+    ('service_down', 'suspect'): 'the host fails as a whole',
 }
 
 

@@ -73,7 +73,10 @@ _STARTED = frozenset({states.HostState.SUSPECT,
 _HELD = frozenset({states.HostState.LEFT_DISABLED, states.HostState.FAILED})
 
 #: Workflow states that are not (or no longer) a recovery in progress.
-_NOT_RECOVERING = frozenset({states.HostState.HEALTHY}) | _STARTED
+#: (A process failure's service_down marker is ours but no workflow: the
+#: host is judged like any other and recovered if it fails as a whole.)
+_NOT_RECOVERING = frozenset({states.HostState.HEALTHY,
+                             states.HostState.SERVICE_DOWN}) | _STARTED
 
 
 def snapshot_needs(drivers) -> dict:
@@ -188,6 +191,16 @@ def _instance_reason(filters, server, snapshot) -> str | None:
         if group not in kept_groups:
             return ' and '.join(whys)
     return None
+
+
+def eligible_servers(filters, host: str, snapshot: model.Snapshot
+                     ) -> tuple[tuple[model.Server, ...], list[str]]:
+    """The host's servers the instance filters keep, and why others not.
+
+    The one eligibility rule: evacuation and instance failure handling
+    both use it.
+    """
+    return _eligible_servers(filters, host, snapshot)
 
 
 def _eligible_servers(filters, host, snapshot

@@ -53,6 +53,11 @@ class HostState(str, enum.Enum):
     FAILED = 'failed'
     #: Evacuated and deliberately kept disabled (leave_disabled).
     LEFT_DISABLED = 'left_disabled'
+    #: nova-compute is down on a host that is alive (a process failure):
+    #: disabled by us so that Nova schedules nothing there; never fenced
+    #: or evacuated, enabled again when nova-compute reports up. Not a
+    #: recovery workflow (see instanceha.engine.process_failure).
+    SERVICE_DOWN = 'service_down'
 
     def __str__(self) -> str:
         return self.value
@@ -65,7 +70,7 @@ S = HostState
 #: operator disables with a reason of their own leaves our hands from
 #: wherever its workflow stood (also hosts clear --enable).
 TRANSITIONS: dict[HostState, frozenset[HostState]] = {
-    S.HEALTHY: frozenset({S.SUSPECT}),
+    S.HEALTHY: frozenset({S.SUSPECT, S.SERVICE_DOWN}),
     S.SUSPECT: frozenset({S.HEALTHY, S.FENCING}),
     S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED, S.HEALTHY}),
     S.FENCE_FAILED: frozenset({S.FENCING, S.HEALTHY}),
@@ -81,6 +86,9 @@ TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     # healthy at once with --enable.
     S.FAILED: frozenset({S.HEALTHY, S.WAITING_UP}),
     S.LEFT_DISABLED: frozenset({S.HEALTHY, S.WAITING_UP}),
+    # Its nova-compute reports up again; or the host fails as a whole
+    # (its own heartbeat stops too) and is recovered like any other.
+    S.SERVICE_DOWN: frozenset({S.HEALTHY, S.SUSPECT}),
 }
 
 

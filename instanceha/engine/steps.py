@@ -447,5 +447,6 @@ STEPS: dict[HostState, Callable[[Steps, HostWorkflow], None]] = {
     S.ENABLING: Steps._step_enabling,
 }
 
-#: States without a step: someone else moves them on.
-WAITING = frozenset({S.HEALTHY, S.FAILED, S.LEFT_DISABLED})
+#: States without a step: someone else moves them on (service_down is no
+#: workflow at all: see instanceha.engine.process_failure).
+WAITING = frozenset({S.HEALTHY, S.FAILED, S.LEFT_DISABLED, S.SERVICE_DOWN})

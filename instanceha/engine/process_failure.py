@@ -1,0 +1,166 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A dead nova-compute on a living host: keep Nova from scheduling there.
+
+Masakari calls it a *process failure*. The plan says ``isolated`` when
+Nova reports a host down while the host's own witness (its heartbeat)
+says it is alive. Its instances run and must not be touched: fencing it
+would kill them, evacuating it would run them twice. But Nova keeps
+scheduling new instances onto it until ``service_down_time`` and every
+one of them fails. So the compute service is disabled with our marker
+(state ``service_down``), an operator is told (``process_failure``, a
+warning every notifier and the metrics see), and the service is enabled
+again as soon as nova-compute reports ``up``.
+
+The rules every action follows:
+
+* Only our marker is ever removed: a host an operator disabled is out of
+  scope in the plan (``ignored``), and one the operator disables while
+  our marker is on carries the operator's reason from then on.
+* A partition of many hosts is not many process failures: when more
+  than one host and more than ``[process_failure] threshold`` percent of
+  the monitored hosts are isolated, nothing new is disabled; at most
+  ``max_per_cycle`` services are disabled a cycle.
+* Every Nova write goes through the guarded cloud port (leadership at
+  the moment of the call).
+* A host that fails as a whole later (its heartbeat stops too) is
+  planned like any other failed host; the recovery's marker replaces
+  ours.
+"""
+
+import datetime
+import logging
+
+from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import ports
+from instanceha.engine.states import HostState
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+#: The marker's note: what happened and what happens next.
+NOTE = ('nova-compute down while the host is alive (its heartbeat); '
+        'enabled again when nova-compute reports up')
+
+
+def ours(service: model.Service | None) -> marker_mod.Marker | None:
+    """Our service_down marker on ``service``, else None."""
+    if service is None or not service.disabled:
+        return None
+    parsed = marker_mod.Marker.parse(service.disabled_reason)
+    if parsed is None or parsed.state is not HostState.SERVICE_DOWN:
+        return None
+    return parsed
+
+
+def _opt(conf, name: str, default):
+    try:
+        return getattr(conf.process_failure, name)
+    except (AttributeError, KeyError, Exception):  # a conf without it
+        return default
+
+
+class ProcessFailures:
+    """Disables and re-enables the services of isolated hosts."""
+
+    def __init__(self, conf, env: ports.Environment):
+        self.conf = conf
+        self.env = env
+        self._held: tuple = ()
+
+    def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan,
+              now: datetime.datetime, paused: bool = False) -> None:
+        """One poll: enable what came back, disable what died."""
+        if not _opt(self.conf, 'enabled', True):
+            return
+        self._enable_returned(snapshot, plan, now)
+        decisions = {d.host: d for d in plan.decisions}
+        isolated = sorted(
+            h for h, d in decisions.items()
+            if d.decision is plan_mod.Decision.ISOLATED)
+        new = [h for h in isolated
+               if not snapshot.service(h).disabled]
+        if paused:
+            self._report(tuple(new), 'instance HA is paused')
+            return
+        monitored = [d for d in plan.decisions
+                     if d.decision is not plan_mod.Decision.IGNORED]
+        threshold = int(_opt(self.conf, 'threshold', 30))
+        # One host alone is never a partition.
+        if (new and threshold and len(isolated) > 1 and
+                len(isolated) * 100 >
+                threshold * max(1, len(monitored))):
+            self._report(tuple(new), 'partition: %d of %d monitored hosts '
+                         'isolated is above [process_failure] threshold '
+                         '(%d%%); no compute service is disabled'
+                         % (len(isolated), len(monitored), threshold))
+            return
+        cap = int(_opt(self.conf, 'max_per_cycle', 5))
+        for host in new[:cap]:
+            self._disable(snapshot.service(host), decisions[host], now)
+        self._report(tuple(new[cap:]), 'cap of %d per cycle '
+                     '([process_failure] max_per_cycle); next cycle' % cap)
+
+    def _report(self, hosts: tuple, reason: str = '') -> None:
+        """Say once per change which isolated hosts are held, and why."""
+        key = (hosts, reason) if hosts else ()
+        if key == self._held:
+            return
+        self._held = key
+        if hosts:
+            self.env.events.emit(events.PROCESS_FAILURE_HELD, hosts=hosts,
+                                 reason=reason)
+
+    def _disable(self, svc: model.Service, decision,
+                 now: datetime.datetime) -> None:
+        reason = marker_mod.Marker(state=HostState.SERVICE_DOWN, when=now,
+                                   note=NOTE).render()
+        try:
+            self.env.cloud.update_service(svc, status=model.DISABLED,
+                                          disabled_reason=reason)
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('process failure on %s: could not disable its '
+                        'compute service: %s', svc.host, exc)
+            return
+        self.env.events.emit(events.PROCESS_FAILURE, svc.host,
+                             reason='; '.join(decision.reasons),
+                             disabled=True)
+
+    def _enable_returned(self, snapshot: model.Snapshot,
+                         plan: plan_mod.Plan,
+                         now: datetime.datetime) -> None:
+        """Enable our services whose nova-compute reports up again.
+
+        Up means every witness says alive (the plan says healthy): Nova's
+        own ``state`` lags by ``service_down_time`` and still says up
+        while the heartbeats have already stopped.
+        """
+        for svc in sorted(snapshot.services, key=lambda s: s.host):
+            mark = ours(svc)
+            if mark is None:
+                continue
+            d = plan.decision(svc.host)
+            if d is None or d.decision is not plan_mod.Decision.HEALTHY:
+                continue
+            try:
+                self.env.cloud.update_service(svc, status=model.ENABLED)
+            except exceptions.InstanceHAError as exc:
+                LOG.warning('could not enable the compute service of %s '
+                            'again: %s', svc.host, exc)
+                continue
+            self.env.events.emit(
+                events.PROCESS_RECOVERED, svc.host,
+                down_for=int((now - mark.when).total_seconds()))
