@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     'instanceha.cmd.manage_history',
     'instanceha.cmd.manage_hosts',
     'instanceha.cmd.manage_import',
+    'instanceha.cmd.manage_instances',
     'instanceha.cmd.manage_maintenance',
     'instanceha.cmd.manage_pause',
     'instanceha.cmd.manage_plan',

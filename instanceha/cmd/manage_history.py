@@ -141,9 +141,11 @@ def add_host_parser(sub) -> None:
 
 
 def add_parsers(subparsers) -> None:
-    instances = subparsers.add_parser(
-        'instances', help='what instanceha and Nova did to an instance')
-    sub = instances.add_subparsers(dest='action', required=True)
+    """Nothing of its own: ``hosts`` and ``instances`` add its commands."""
+
+
+def add_instance_parser(sub) -> None:
+    """``instances history`` (called by the ``instances`` group)."""
     hist = sub.add_parser('history', help='every evacuation and migration '
                           'of an instance, with Nova request ids')
     hist.add_argument('server', help='server id (UUID)')

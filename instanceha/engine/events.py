@@ -100,6 +100,38 @@ Names (``host`` is set on all but the cycle-level ones):
 ``power_unproven``        ``reason``: no evacuation starts because the
                           host's fencing devices could not prove it off
                           just now (read again on the next step)
+``process_failure``       nova-compute is down on a host whose own
+                          heartbeat says it is alive: its service was
+                          disabled with our marker (``reason``); never
+                          fenced, never evacuated
+``process_recovered``     nova-compute reports up again: the service we
+                          disabled was enabled (``down_for`` seconds)
+``process_failure_held``  ``hosts``, ``reason``: isolated hosts whose
+                          service is not disabled (a partition above
+                          ``[process_failure] threshold``, or the
+                          per-cycle cap); once per change
+``instance_crashed``      ``server`` stopped without anyone asking:
+                          ``next`` (restart, relocate or error),
+                          ``restarts``, ``relocations`` (so far),
+                          ``reason``
+``instance_start_requested``  ``server``, ``after`` (restart or
+                          relocation)
+``instance_relocate_requested``  ``server``: cold migration, the
+                          scheduler chooses the host
+``instance_relocated``    ``server``, ``dest``
+``instance_running``      ``server``: ACTIVE again; counts as a
+                          successful start after ``stable_time``
+``instance_recovered``    ``server`` ran ``stable_time`` seconds: its
+                          counters are reset
+``instance_recovery_failed``  ``server``, ``reason``: a start or a
+                          relocation did not work (counts as a crash)
+``instance_gave_up``      ``server``, ``restarts``, ``relocations``,
+                          ``action``: put in the error state; only an
+                          operator clears it
+``instance_failure_held`` ``servers``, ``reason``: crashed instances not
+                          recovered now (a storm above ``[instance_failure]
+                          threshold``, the per-cycle cap, or a pause); once
+                          per change
 ========================  =================================================
 """
 
@@ -142,6 +174,18 @@ PAUSE_EXPIRED = 'pause_expired'
 POWER_UNPROVEN = 'power_unproven'
 RELOADED = 'config_reloaded'
 RELOAD_REFUSED = 'reload_refused'
+PROCESS_FAILURE = 'process_failure'
+PROCESS_RECOVERED = 'process_recovered'
+PROCESS_FAILURE_HELD = 'process_failure_held'
+INSTANCE_CRASHED = 'instance_crashed'
+INSTANCE_START_REQUESTED = 'instance_start_requested'
+INSTANCE_RELOCATE_REQUESTED = 'instance_relocate_requested'
+INSTANCE_RELOCATED = 'instance_relocated'
+INSTANCE_RUNNING = 'instance_running'
+INSTANCE_RECOVERED = 'instance_recovered'
+INSTANCE_RECOVERY_FAILED = 'instance_recovery_failed'
+INSTANCE_GAVE_UP = 'instance_gave_up'
+INSTANCE_FAILURE_HELD = 'instance_failure_held'
 
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
@@ -149,7 +193,11 @@ WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       EVACUATE_FAILED, EVACUATE_GAVE_UP, HOST_FAILED_PENDING,
                       NOT_LEADER, SNAPSHOT_FAILED, STEP_ERROR, PLAN_BLOCKED,
                       RECOVERY_HELD, UP_OVERDUE, PAUSED, POWER_UNPROVEN,
-                      RELOAD_REFUSED})
+                      RELOAD_REFUSED,
+
+                      PROCESS_FAILURE, PROCESS_FAILURE_HELD,
+                      INSTANCE_CRASHED, INSTANCE_RECOVERY_FAILED,
+                      INSTANCE_GAVE_UP, INSTANCE_FAILURE_HELD})
 
 
 def _value(v) -> str:

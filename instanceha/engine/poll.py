@@ -146,6 +146,8 @@ class Poll(tick.Plumbing):
         if self.conf.disabled:
             self._report_held(snapshot, now, recovering)
             return
+        self._process.cycle(snapshot, plan, now,
+                            paused=self.pause.active is not None)
         to_recover = {d.host: d for d in plan.to_recover()}
         for host in sorted(to_recover):
             if host not in self._workflows:

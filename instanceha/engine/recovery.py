@@ -56,10 +56,12 @@ from collections.abc import Callable
 import dataclasses
 
 from instanceha.engine import events
+from instanceha.engine import instance_failure
 from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import poll
 from instanceha.engine import ports
+from instanceha.engine import process_failure
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
 from instanceha.engine import watch
@@ -115,6 +117,11 @@ class Engine(poll.Poll, steps.Steps):
         self.cycles = 0
         #: The gates' reasons of the current whole-plan block (or none).
         self._blocked_by: tuple[str, ...] = ()
+        #: A dead nova-compute on a living host (asked by each cycle).
+        self._process = process_failure.ProcessFailures(conf, self.env)
+        #: Crashed instances (its own timer, every poll).
+        self._instances = instance_failure.InstanceFailures(conf, drivers,
+                                                            self.env)
 
     def host_states(self) -> dict[str, HostState]:
         """Every host in a workflow and its state, sorted by host."""
@@ -162,6 +169,12 @@ class Engine(poll.Poll, steps.Steps):
                                      self._services_tell_all())
         if self.conf.disabled:
             return
+        # Not while Nova cannot be read (the latest cycle failed).
+        self._instances.tick(now, self.snapshot if self._fresh else None,
+                             self.plan,
+                             frozenset(self._workflows),
+                             self.env.clock.now(),
+                             paused=self.pause.active is not None)
         self._advance()
 
     def wait_hint(self) -> float:

@@ -29,6 +29,8 @@ NAMESPACES = (
     'instanceha.reservation',
     'instanceha.evacuation',
     'instanceha.notifiers',
+    'instanceha.instance_detectors',
+    'instanceha.instance_recovery',
 )
 
 
@@ -116,10 +118,15 @@ class Drivers:
     gates: list
     reservation: object
     evacuation: object
+    #: Crashed instances ([instance_failure]); None when not loaded.
+    instance_detector: object = None
+    instance_recovery: object = None
 
     def all(self) -> list:
         return [*self.detectors, *self.filters, *self.gates,
-                self.reservation, self.evacuation]
+                self.reservation, self.evacuation] + [
+            d for d in (self.instance_detector, self.instance_recovery)
+            if d is not None]
 
 
 def load_deciders(conf) -> Drivers:
@@ -155,4 +162,10 @@ def load_configured(conf) -> Drivers:
     drivers.evacuation = load('instanceha.evacuation',
                               [evacuation.strategy_name(conf)],
                               '[evacuation] strategy', conf)[0]
+    drivers.instance_detector = load(
+        'instanceha.instance_detectors', [conf.instance_failure.detector],
+        '[instance_failure] detector', conf)[0]
+    drivers.instance_recovery = load(
+        'instanceha.instance_recovery', [conf.instance_failure.strategy],
+        '[instance_failure] strategy', conf)[0]
     return drivers

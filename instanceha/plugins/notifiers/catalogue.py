@@ -74,6 +74,7 @@ HOST_STATES = {
     'healthy': ('instanceha.host.enabled', base.INFO),
     'failed': ('instanceha.host.recovery.error', base.ERROR),
     'left_disabled': ('instanceha.host.left_disabled', base.INFO),
+    'service_down': ('instanceha.host.process.failed', base.WARN),
 }
 #: A host found healthy again before it was fenced: no recovery happened.
 CANCELLED = ('instanceha.host.recovery.cancelled', base.INFO)
@@ -127,6 +128,29 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
     ev.RELOADED: ('instanceha.service.reload', base.INFO, SERVICE),
     ev.RELOAD_REFUSED: ('instanceha.service.reload.error', base.ERROR,
                         SERVICE),
+    ev.PROCESS_FAILURE: ('instanceha.host.process.failed', base.WARN, HOST),
+    ev.PROCESS_RECOVERED: ('instanceha.host.process.recovered', base.INFO,
+                           HOST),
+    ev.PROCESS_FAILURE_HELD: ('instanceha.host.process.held', base.WARN,
+                              SERVICE),
+    ev.INSTANCE_CRASHED: ('instanceha.instance.crashed', base.WARN,
+                          INSTANCE),
+    ev.INSTANCE_START_REQUESTED: ('instanceha.instance.restart.start',
+                                  base.INFO, INSTANCE),
+    ev.INSTANCE_RUNNING: ('instanceha.instance.restart.end', base.INFO,
+                          INSTANCE),
+    ev.INSTANCE_RELOCATE_REQUESTED: ('instanceha.instance.relocate.start',
+                                     base.INFO, INSTANCE),
+    ev.INSTANCE_RELOCATED: ('instanceha.instance.relocate.end', base.INFO,
+                            INSTANCE),
+    ev.INSTANCE_RECOVERED: ('instanceha.instance.recovered', base.INFO,
+                            INSTANCE),
+    ev.INSTANCE_RECOVERY_FAILED: ('instanceha.instance.restart.error',
+                                  base.WARN, INSTANCE),
+    ev.INSTANCE_GAVE_UP: ('instanceha.instance.failure.error', base.ERROR,
+                          INSTANCE),
+    ev.INSTANCE_FAILURE_HELD: ('instanceha.instance.failure.held',
+                               base.WARN, SERVICE),
 }
 
 #: Failed evacuations with no retry ahead are errors, not warnings.

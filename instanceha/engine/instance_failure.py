@@ -1,0 +1,441 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Crashed instances on healthy hosts: restart, relocate, then error.
+
+Masakari's *instance failure*; the counters are Proxmox ha-manager's
+``max_restart`` / ``max_relocate``. Each poll, on hosts the plan calls
+healthy, the eligible instances (the evacuation filters) that the
+configured detector finds stopped without anyone asking are handed to
+the configured strategy, which says: restart in place, relocate (cold
+migration, Nova's scheduler choosing the host, then a start), or give
+up (the error state: Nova's ERROR plus our metadata item, which only
+``instanceha-manage instances clear`` removes).
+
+The counters live in Nova, in the instance's metadata (``KEY``), so a
+restarted service or a new leader continues them. They are written
+*before* the action, so an action whose answer was lost still counts: a
+crashing instance can only ever walk the chain once. Both reset only
+after a successful start: the instance ran ``stable_time`` seconds.
+
+Limits: at most ``max_per_cycle`` crashes are acted on a poll; above
+``storm_size`` crashed instances at once nothing new is started (a
+storm has a common cause); a pause holds new actions.
+Every Nova write passes the guarded cloud port.
+"""
+
+import dataclasses
+import datetime
+import logging
+
+from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
+from instanceha.engine import ports
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+#: Metadata item holding the counters and the step under way.
+KEY = 'instanceha:failure'
+#: Metadata item of the error state; only an operator removes it.
+ERROR_KEY = 'instanceha:error'
+
+RESTARTING = 'restarting'
+RELOCATING = 'relocating'
+STARTING = 'starting'
+RUNNING = 'running'
+#: Its user stopped it while a step was under way: left alone.
+STOPPED = 'stopped'
+IN_PROGRESS = frozenset({RESTARTING, RELOCATING, STARTING})
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The ``KEY`` metadata item: counters and the step under way."""
+
+    restarts: int = 0
+    relocations: int = 0
+    state: str = RUNNING
+    #: When the state was entered (our clock).
+    at: datetime.datetime | None = None
+    #: Request id of the stop that was handled (never handled twice).
+    stop: str | None = None
+    #: The host the instance crashed on (a relocation leaves it).
+    source: str | None = None
+
+    def render(self) -> str:
+        parts = ['restarts=%d' % self.restarts,
+                 'relocations=%d' % self.relocations, 'state=%s' % self.state]
+        if self.at is not None:
+            parts.append('at=%s' % marker_mod.format_ts(self.at))
+        if self.stop:
+            parts.append('stop=%s' % self.stop)
+        if self.source:
+            parts.append('from=%s' % self.source)
+        return ' '.join(parts)[:255]
+
+    @classmethod
+    def parse(cls, text: str | None) -> 'Record | None':
+        if not text:
+            return None
+        fields = dict(p.split('=', 1) for p in text.split() if '=' in p)
+        try:
+            return cls(restarts=int(fields.get('restarts', 0)),
+                       relocations=int(fields.get('relocations', 0)),
+                       state=fields.get('state', RUNNING),
+                       at=marker_mod.parse_ts(fields.get('at', '')),
+                       stop=fields.get('stop') or None,
+                       source=fields.get('from') or None)
+        except ValueError:
+            return None
+
+
+def error_text(server: str, rec: Record, now: datetime.datetime) -> str:
+    """The ``ERROR_KEY`` item: when, the counts, how to clear it."""
+    return ('%s gave up after %d restart(s) and %d relocation(s); clear: '
+            'instanceha-manage instances clear %s' % (
+                marker_mod.format_ts(now), rec.restarts, rec.relocations,
+                server))[:255]
+
+
+@dataclasses.dataclass
+class Crash:
+    server: model.Server
+    record: Record | None
+    #: The stop no user asked for (None: a step that failed).
+    stop: model.InstanceAction | None
+    reason: str
+
+
+def _opt(conf, name: str, default):
+    try:
+        return getattr(conf.instance_failure, name)
+    except Exception:  # a conf without the group: its default
+        return default
+
+
+class InstanceFailures:
+    """One poll's work on crashed instances; see the module docstring."""
+
+    def __init__(self, conf, drivers, env: ports.Environment):
+        self.conf = conf
+        self.drivers = drivers
+        self.env = env
+        self.detector = getattr(drivers, 'instance_detector', None)
+        self.strategy = getattr(drivers, 'instance_recovery', None)
+        #: SHUTOFF servers already judged not crashed (their user stopped
+        #: them): not read again while they stay stopped.
+        self._judged: set[str] = set()
+        self._held: tuple = ()
+        #: Servers with a step under way or a start not yet stable: read
+        #: one by one when they are not stopped.
+        self._tracked: set[str] = set()
+        self._next: float | None = None
+
+    def watching(self) -> bool:
+        """Whether crashed instances are looked for at all."""
+        return bool(_opt(self.conf, 'enabled', True) and self.detector
+                    and self.strategy)
+
+    # -- the poll --------------------------------------------------------
+
+    def tick(self, mono: float, snapshot: model.Snapshot | None,
+             plan: plan_mod.Plan | None, busy, now: datetime.datetime,
+             paused: bool = False) -> None:
+        """Every ``poll`` seconds: read the stopped servers and act.
+
+        Runs on its own timer, not on the engine's full reads (those list
+        only hosts being decided, and none while every host is healthy):
+        a crashed guest changes no compute service. ``snapshot`` gives the
+        services (kept fresh by the service watch) and the aggregates and
+        images the filters need; ``busy`` the hosts in a workflow.
+        """
+        if not self.watching() or snapshot is None:
+            return
+        if self._next is not None and mono < self._next:
+            return
+        self._next = mono + float(self.conf.poll)
+        servers = self._read()
+        if servers is None:
+            return
+        view = dataclasses.replace(snapshot, servers=servers)
+        self.cycle(view, plan, now, paused, busy)
+
+    def _read(self) -> tuple[model.Server, ...] | None:
+        """The stopped servers, and those we act on that are not."""
+        cloud = self.env.cloud
+        try:
+            found = {s.id: s for s in cloud.stopped_servers()}
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('cannot list the stopped servers: %s', exc)
+            return None
+        for server_id in sorted(self._tracked - set(found)):
+            try:
+                found[server_id] = cloud.get_server(server_id)
+            except exceptions.InstanceHAError as exc:
+                if getattr(exc, 'status', None) == 404:
+                    self._tracked.discard(server_id)
+                else:
+                    LOG.warning('instance %s: cannot read it: %s',
+                                server_id, exc)
+        return tuple(found[k] for k in sorted(found))
+
+    def _in_scope(self, snapshot: model.Snapshot, plan, busy,
+                  now: datetime.datetime) -> set[str]:
+        """Hosts whose crashed instances are ours to restart.
+
+        Plainly healthy in Nova's services (up, fresh, enabled), not in a
+        workflow, and healthy in the latest plan: a failed host's
+        instances are evacuated, an operator's host is left alone.
+        """
+        from instanceha.engine import watch
+        attention = watch.attention(snapshot, now, self.conf.delta)
+        decisions = {d.host: d.decision for d in plan.decisions} if plan \
+            else {}
+        return {s.host for s in snapshot.services
+                if s.host not in attention and s.host not in busy and
+                decisions.get(s.host, plan_mod.Decision.HEALTHY)
+                is plan_mod.Decision.HEALTHY}
+
+    def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan | None,
+              now: datetime.datetime, paused: bool = False,
+              busy=frozenset()) -> None:
+        """Act on the crashed instances among ``snapshot.servers``."""
+        if not self.watching():
+            return
+        from instanceha.engine import decide
+        servers = []
+        for host in sorted(self._in_scope(snapshot, plan, busy, now)):
+            servers.extend(decide.eligible_servers(
+                self.drivers.filters, host, snapshot)[0])
+        reads = int(_opt(self.conf, 'action_reads_per_cycle', 20))
+        crashes: list[Crash] = []
+        stopped = set()
+        for srv in servers:
+            if ERROR_KEY in srv.metadata:
+                self._tracked.discard(srv.id)
+                continue
+            rec = Record.parse(srv.metadata.get(KEY))
+            if rec is not None and rec.state in IN_PROGRESS:
+                self._tracked.add(srv.id)
+                crash = self._progress(srv, rec, now)
+                if crash is not None:
+                    crashes.append(crash)
+                continue
+            if not self.detector.suspect(srv):
+                if rec is not None and rec.state in (RUNNING, STOPPED):
+                    self._check_stable(srv, rec, now)
+                continue
+            stopped.add(srv.id)
+            if srv.id in self._judged or reads <= 0:
+                continue
+            reads -= 1
+            actions = self._actions(srv)
+            if actions is None:
+                continue
+            stop = self.detector.crashed(srv, actions)
+            if stop is None or (rec is not None and rec.stop ==
+                                stop.request_id):
+                self._judged.add(srv.id)
+                continue
+            crashes.append(Crash(srv, rec, stop, 'stopped by no user '
+                                 '(%s %s)' % (stop.action, stop.request_id)))
+        self._judged &= stopped
+        self._act_on(crashes, now, paused)
+
+    def _actions(self, srv: model.Server
+                 ) -> list[model.InstanceAction] | None:
+        try:
+            return self.env.cloud.server_actions(srv.id)
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('instance %s: cannot read its actions: %s', srv.id,
+                        exc)
+            return None
+
+    def _act_on(self, crashes: list[Crash],
+                now: datetime.datetime, paused: bool) -> None:
+        names = tuple(c.server.name or c.server.id for c in crashes)
+        storm = int(_opt(self.conf, 'storm_size', 10))
+        if paused:
+            self._report(names, 'instance HA is paused')
+            return
+        if storm and len(crashes) > storm:
+            self._report(names, 'storm: %d crashed instances at once, more '
+                         'than [instance_failure] storm_size (%d); nothing is '
+                         'restarted' % (len(crashes), storm))
+            return
+        cap = int(_opt(self.conf, 'max_per_cycle', 5))
+        for crash in crashes[:cap]:
+            self._act(crash, now)
+        self._report(names[cap:], 'cap of %d per cycle ([instance_failure] '
+                     'max_per_cycle); next cycle' % cap)
+
+    def _report(self, servers: tuple, reason: str) -> None:
+        """Say once per change which crashes wait, and why."""
+        key = (servers, reason) if servers else ()
+        if key != self._held:
+            self._held = key
+            if servers:
+                self.env.events.emit(events.INSTANCE_FAILURE_HELD,
+                                     servers=servers, reason=reason)
+
+    # -- deciding a crash ------------------------------------------------
+
+    def _act(self, crash: Crash, now: datetime.datetime) -> None:
+        from instanceha.plugins.instance_failure import base
+        srv = crash.server
+        rec = crash.record or Record()
+        stable = int(_opt(self.conf, 'stable_time', 600))
+        reason = crash.reason
+        if (rec.at is not None and crash.stop
+                is not None and crash.stop.start_time is not None and
+                (crash.stop.start_time - rec.at).total_seconds() >= stable):
+            rec = Record()  # its last start was a success after all
+            reason += '; ran %ds since its last start: counters reset' % (
+                stable)
+        step = self.strategy.next_step(base.Counters(rec.restarts,
+                                                     rec.relocations))
+        emit = self.env.events.emit
+        emit(events.INSTANCE_CRASHED, srv.host, server=srv.name,
+             next=step.value, restarts=rec.restarts,
+             relocations=rec.relocations, reason=reason)
+        stop_id = crash.stop.request_id if crash.stop else rec.stop
+        cloud = self.env.cloud
+        self._tracked.add(srv.id)
+        try:
+            if step is base.Step.RESTART:
+                self._write(srv, Record(rec.restarts + 1, rec.relocations,
+                                        RESTARTING, now, stop_id, srv.host))
+                cloud.start_server(srv.id)
+                emit(events.INSTANCE_START_REQUESTED, srv.host,
+                     server=srv.name, after='restart')
+            elif step is base.Step.RELOCATE:
+                self._write(srv, Record(rec.restarts, rec.relocations + 1,
+                                        RELOCATING, now, stop_id, srv.host))
+                cloud.cold_migrate(srv.id)
+                emit(events.INSTANCE_RELOCATE_REQUESTED, srv.host,
+                     server=srv.name)
+            else:
+                cloud.set_server_metadata(srv.id, ERROR_KEY, error_text(
+                    srv.name or srv.id, rec, now))
+                cloud.reset_server_state(srv.id, 'error')
+                emit(events.INSTANCE_GAVE_UP, srv.host, server=srv.name,
+                     restarts=rec.restarts, relocations=rec.relocations,
+                     action='find out why it keeps crashing, then run '
+                     '"instanceha-manage instances clear %s"'
+                     % (srv.name or srv.id))
+        except exceptions.InstanceHAError as exc:
+            # Counted already: the next poll finds the step failed.
+            emit(events.INSTANCE_RECOVERY_FAILED, srv.host, server=srv.name,
+                 reason=str(exc)[:300])
+
+    def _write(self, srv: model.Server, rec: Record) -> None:
+        self.env.cloud.set_server_metadata(srv.id, KEY, rec.render())
+
+    # -- steps under way -------------------------------------------------
+
+    def _progress(self, srv: model.Server, rec: Record,
+                  now: datetime.datetime) -> Crash | None:
+        """Move a restart or relocation on; a Crash when it failed."""
+        if srv.task_state:
+            return None  # Nova is still at it
+        waited = (now - rec.at).total_seconds() if rec.at else 0.0
+        timeout = int(_opt(self.conf, 'start_timeout', 300))
+        if srv.status == 'ERROR':
+            return Crash(srv, rec, None, 'the %s ended in ERROR' % (
+                'relocation' if rec.state == RELOCATING else 'start'))
+        try:
+            if srv.status == 'ACTIVE':
+                self._write(srv, dataclasses.replace(rec, state=RUNNING,
+                                                     at=now))
+                self.env.events.emit(events.INSTANCE_RUNNING, srv.host,
+                                     server=srv.name)
+            elif rec.state == RELOCATING:
+                return self._relocating(srv, rec, now)
+            elif srv.status == 'SHUTOFF':
+                return self._not_started(srv, rec, waited, timeout)
+        except exceptions.InstanceHAError as exc:
+            self.env.events.emit(events.INSTANCE_RECOVERY_FAILED, srv.host,
+                                 server=srv.name, reason=str(exc)[:300])
+        return None
+
+    def _relocating(self, srv: model.Server, rec: Record,
+                    now: datetime.datetime) -> Crash | None:
+        cloud = self.env.cloud
+        if srv.status == 'VERIFY_RESIZE':
+            cloud.confirm_resize(srv.id)
+            return None
+        if srv.status != 'SHUTOFF':
+            return None
+        if srv.host == rec.source:
+            _rid, errors = cloud.action_errors(srv.id, 'migrate')
+            return Crash(srv, rec, None, 'relocation failed: %s' % (
+                '; '.join(errors) or 'it is still on %s' % srv.host))
+        self.env.events.emit(events.INSTANCE_RELOCATED, rec.source,
+                             server=srv.name, dest=srv.host)
+        self._write(srv, dataclasses.replace(rec, state=STARTING, at=now))
+        cloud.start_server(srv.id)
+        self.env.events.emit(events.INSTANCE_START_REQUESTED, srv.host,
+                             server=srv.name, after='relocation')
+        return None
+
+    def _not_started(self, srv: model.Server, rec: Record, waited: float,
+                     timeout: int) -> Crash | None:
+        """SHUTOFF after our start: crashed again, failed, or a user."""
+        actions = self._actions(srv)
+        if actions is None:
+            return None
+        stop = self.detector.crashed(srv, actions)
+        if stop is not None and stop.request_id != rec.stop:
+            return Crash(srv, rec, stop, 'crashed again %ds after its %s '
+                         '(%s %s)' % (waited, 'restart' if rec.state ==
+                                      RESTARTING else 'relocation',
+                                      stop.action, stop.request_id))
+        newest = actions[0] if actions else None
+        if newest is not None and newest.action == 'stop' and \
+                newest.user_id:
+            # Its user stopped it: never undone; the counters stay.
+            self._write(srv, dataclasses.replace(rec, state=STOPPED))
+            return None
+        if newest is not None and newest.action == 'start' and (
+                newest.message or '').lower() == 'error':
+            return Crash(srv, rec, None, 'its start failed (%s)'
+                         % newest.request_id)
+        if waited > timeout:
+            return Crash(srv, rec, None, 'not running %ds after its start '
+                         '([instance_failure] start_timeout)' % waited)
+        return None
+
+    def _check_stable(self, srv: model.Server, rec: Record,
+                      now: datetime.datetime) -> None:
+        """A start that lasted stable_time: a success; counters reset."""
+        if rec.state == STOPPED and srv.status == 'ACTIVE':
+            # Its user started it again: from now on it is running.
+            self._write(srv, dataclasses.replace(rec, state=RUNNING,
+                                                 at=now))
+            return
+        stable = int(_opt(self.conf, 'stable_time', 600))
+        if (srv.status != 'ACTIVE' or rec.at is None or
+                (now - rec.at).total_seconds() < stable):
+            return
+        try:
+            self.env.cloud.delete_server_metadata(srv.id, KEY)
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('instance %s: cannot reset its counters: %s',
+                        srv.id, exc)
+            return
+        self._tracked.discard(srv.id)
+        self.env.events.emit(events.INSTANCE_RECOVERED, srv.host,
+                             server=srv.name, restarts=rec.restarts,
+                             relocations=rec.relocations)
