@@ -46,7 +46,8 @@ LOG = logging.getLogger(__name__)
 Mutation = tuple[list[str], list[str]]
 
 
-def _name(group: str | None, opt: str) -> str:
+def option_name(group: str | None, opt: str) -> str:
+    """How messages name an option: ``[group] name``."""
     return '[%s] %s' % (group or 'DEFAULT', opt)
 
 
@@ -89,7 +90,7 @@ def restart_needed(conf: cfg.ConfigOpts, new: cfg.ConfigOpts) -> list[str]:
                 continue
             try:
                 if _value(conf, group, opt) != _value(new, group, opt):
-                    out.append(_name(group, opt.name))
+                    out.append(option_name(group, opt.name))
             except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
                 continue
     return out
@@ -100,7 +101,7 @@ def mutate_files(conf: cfg.ConfigOpts) -> Mutation:
     new = check_files(conf)
     restart = restart_needed(conf, new)
     fresh = conf.mutate_config_files()
-    return sorted(_name(g, o) for g, o in fresh), restart
+    return sorted(option_name(g, o) for g, o in fresh), restart
 
 
 class Reloader:

@@ -39,7 +39,9 @@ from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha import maintenance
+from instanceha import manual_fencing
 from instanceha.plugins import loader
+from instanceha import reloading
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import coordinator as sim_coord
 from instanceha.sim import events as sim_events
@@ -130,6 +132,8 @@ class Copy:
     #: host -> decision in this copy's latest plan, as logged.
     decisions: dict = dataclasses.field(default_factory=dict)
     cycled: bool = False
+    #: SIGHUP's reloader of this copy (the ``reload`` timeline command).
+    reloader: object = None
 
     def new_cycle(self) -> None:
         self.blocked.clear()
@@ -138,6 +142,37 @@ class Copy:
     @property
     def running(self) -> bool:
         return self.engine is not None
+
+
+def _mutate(conf: cfg.ConfigOpts,
+            pairs: list[tuple[str | None, str, str]]) -> reloading.Mutation:
+    """Apply options as a reload would: only those that change live.
+
+    :raises ConfigurationError: an unknown option or a bad value (then
+        nothing changed).
+    """
+    known = {(None if group == 'DEFAULT' else group, opt.name): opt
+             for group, opts in ha_conf.list_opts() for opt in opts}
+    changed, restart, before = [], [], []
+    for group, name, value in pairs:
+        label = reloading.option_name(group, name)
+        opt = known.get((group, name))
+        if opt is None:
+            raise exceptions.ConfigurationError('no option %s' % label)
+        if not opt.mutable:
+            restart.append(label)
+            continue
+        before.append((group, name, (conf[group] if group else conf)[
+            opt.dest]))
+        conf.set_override(name, value, group)
+        changed.append(label)
+    try:
+        ha_conf.validate(conf)
+    except exceptions.ConfigurationError:
+        for group, name, value in before:
+            conf.set_override(name, value, group)
+        raise
+    return changed, restart
 
 
 class SimPauseStore(ports.PauseSource):
@@ -259,6 +294,8 @@ class Simulation:
         except TypeError:
             copy.engine = factory(conf, drivers, env)
         copy.conf = conf
+        copy.reloader = reloading.Reloader(
+            conf, parts=[env.fencer, *drivers.all()], events=env.events)
         copy.interval = float(self.scenario.settings.get(
             'tick', conf.tick_interval))
         copy.next_tick = self.clock.world_t
@@ -472,6 +509,13 @@ class Simulation:
                     self.stop(copy_name)
                     self.start(copy_name)
             return
+        elif name == 'reload':
+            self._reload(where, a)
+            return
+        elif name == 'fencing':
+            need(2)
+            self._fencing(where, a)
+            return
         elif name == 'clock':
             if len(a) != 2 or a[0] != 'skew':
                 raise sim_world.ScenarioError(
@@ -494,6 +538,73 @@ class Simulation:
             self.end = cmd.t
             return
         self.log.record('timeline', name, host, **details)
+
+    def _reload(self, where: str, a: tuple) -> None:
+        """An operator edits the options and sends SIGHUP to every copy.
+
+        The production reloader runs in each running copy: the options
+        given change if they can change live (the others are named as
+        needing a restart and take effect at the copy's next start), then
+        the fencing file and heartbeat keys are re-read.
+        """
+        if len(a) % 2:
+            raise sim_world.ScenarioError(
+                '%s: expected %s' % (where, sim_scenario.COMMANDS[
+                    'reload'][0]))
+        pairs = []
+        for name, value in zip(a[0::2], a[1::2]):
+            group, _, opt = name.rpartition('.')
+            group = group or None
+            if (group, opt) in RELATIVE_PATHS and value and \
+                    not os.path.isabs(value):
+                value = os.path.join(self.scenario.path, value)
+            pairs.append((group, opt, value))
+        self.log.record('timeline', 'reload', None, **{
+            name: value for name, value in zip(a[0::2], a[1::2])})
+        self.overrides.extend(pairs)
+        for copy in self.copies.values():
+            if copy.running:
+                self.world.actor = copy.name
+                copy.reloader.reload(
+                    mutate=lambda conf=copy.conf: _mutate(conf, pairs))
+
+    def _fencing(self, where: str, a: tuple) -> None:
+        """An operator runs ``instanceha-manage fencing off|on HOST --yes``.
+
+        The production code reads the marker from the simulated Nova and
+        powers the host through a fencing topology of its own (the
+        operator's machine reads the same files), in simulated time.
+        """
+        action, host = a[0], a[1]
+        if action not in ('off', 'on') or len(a) != 2:
+            raise sim_world.ScenarioError(
+                '%s: expected %s' % (where, sim_scenario.COMMANDS[
+                    'fencing'][0]))
+        self.world.host(host)
+        self.log.record('timeline', 'fencing-' + action, host)
+        conf = self.make_conf()
+        clock = sim_clock.ServiceClock(self.clock,
+                                       lambda: self.world.clock_skew)
+
+        def run() -> None:
+            topo = self.make_fencer(conf, clock)
+            try:
+                note, names = manual_fencing.check_not_held(self.cloud,
+                                                            host)
+                topo.learn_hosts(names)
+                result = manual_fencing.power(topo, host, action)
+            except manual_fencing.Refused as exc:
+                self.log.record('operator', 'fencing-refused', host,
+                                reason=str(exc))
+            except exceptions.InstanceHAError as exc:
+                self.log.record('operator', 'fencing-failed', host,
+                                reason=str(exc))
+            else:
+                self.log.record('operator', 'fencing-done', host,
+                                action=action, level=result.level)
+            finally:
+                topo.stop()
+        self.operator.submit(run)
 
     def _pause(self, where: str, a: tuple) -> dict:
         """An operator's pause, stored where every copy reads it."""

@@ -100,6 +100,18 @@ COMMANDS = {
               '"instanceha-manage pause" does: shared by every copy'),
     'resume': ('', 'an operator lifts the pause ("instanceha-manage '
                'resume")'),
+    'reload': ('[[GROUP.]OPTION VALUE]...', 'an operator edits these '
+               'options in the configuration file and sends SIGHUP to every '
+               'running copy: options that change live change, the others '
+               'are named as needing a restart (and apply at the next '
+               'start); the fencing file and heartbeat keys are re-read, a '
+               'bad new file is refused (e.g. "reload fencing.config_file '
+               'fencing-new.yaml"; a relative file is in the case '
+               'directory)'),
+    'fencing': ('off|on HOST', 'an operator runs "instanceha-manage fencing '
+                'off|on HOST --yes": refused while Nova\'s marker shows the '
+                'host in a recovery, else through the host\'s fencing '
+                'levels'),
     'end': ('', 'stop the simulation here'),
 }
 

@@ -52,6 +52,10 @@ _COMMANDS = {
                        '{options})',
     'pause': 'an operator pauses instance HA ({until}): {reason}',
     'resume': 'an operator resumes instance HA',
+    'reload': 'an operator edits the configuration and sends SIGHUP to '
+              'instanceha',
+    'fencing-off': 'an operator powers {host} off by hand ("fencing off")',
+    'fencing-on': 'an operator powers {host} on by hand ("fencing on")',
     'service-crash': 'instanceha ({copy}) crashes',
     'service-restart': 'instanceha ({copy}) is restarted',
     'service-stop': 'instanceha ({copy}) is stopped',
