@@ -85,10 +85,8 @@ def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
     return True, m.group('was')
 
 
-#: A proof that the host is off is fresh for this many seconds: every
-#: evacuate call needs one at most this old (a device read costs time,
-#: the calls of one step follow each other within it).
-PROOF_TTL = 2.0
+#: How long one reading proves a host off (see :class:`ports.PowerProof`).
+PROOF_TTL = ports.PROOF_TTL
 
 
 def nova_failed(exc: exceptions.CloudError) -> bool:
@@ -181,11 +179,10 @@ class StepContext:
     snapshot: model.Snapshot | None
     #: How many new evacuations this step may start.
     budget: int
-    #: Reads the host's power (or kdump) now; every evacuate call needs a
-    #: proof no older than PROOF_TTL. None: no proof asked (tests only).
+    #: Reads the host's power (or kdump) now. Every evacuate call needs a
+    #: reading made in its own step (the cloud port refuses it otherwise,
+    #: see :class:`ports.PowerProof`). None: nothing is evacuated.
     prove_off: Callable[[], ports.PowerReading] | None = None
-    #: Monotonic time of the latest proof the engine holds (the fence).
-    proven_at: float | None = None
 
 
 class Policy(typing.Protocol):
@@ -237,8 +234,6 @@ class EvacuationJob:
         self._classified = False
         #: Why nothing more is started (the host left our hands).
         self._stopped: str | None = None
-        #: Monotonic time of this job's latest proof that the host is off.
-        self._proven_at: float | None = None
 
     # -- helpers ----------------------------------------------------------
 
@@ -671,39 +666,29 @@ class EvacuationJob:
             return self.progress()
         now = env.clock.monotonic()
         choose = self._placer(env, ctx.snapshot)
+        # A proof read in this step only: the fence's, or an earlier
+        # step's, says nothing about now (someone may have powered the
+        # host on since). The cloud port asks it before every evacuate.
+        proof = (ports.PowerProof(self.host, ctx.prove_off, env.clock)
+                 if ctx.prove_off is not None else None)
         for task in self.strategy.ready(self._sorted()):
-            if budget <= 0 or not env.coordinator.is_leader():
+            if (budget <= 0 or proof is None or
+                    not env.coordinator.is_leader()):
                 break
             if task.not_before is not None and now < task.not_before:
                 continue  # backing off after a failed attempt
-            reading = self._proof(env, ctx)
-            if reading is not None:
+            try:
+                with env.guard.proving(proof):
+                    # Read before the lock: a host found on keeps its
+                    # instances as they are.
+                    proof.require()
+                    task.not_before = None
+                    self._start(env, task, ctx.snapshot, choose)
+            except ports.PowerUnproven as exc:
                 return dataclasses.replace(self.progress(),
-                                           unproven=reading)
-            task.not_before = None
-            self._start(env, task, ctx.snapshot, choose)
+                                           unproven=exc.reading)
             budget -= 1
         return self.progress()
-
-    def _proof(self, env, ctx: StepContext) -> ports.PowerReading | None:
-        """None when the host is proven off now; else what was read.
-
-        A proof older than :data:`PROOF_TTL` is renewed before the next
-        evacuate call: the host must be off *now*, not only when it was
-        fenced (someone may have powered it on since).
-        """
-        if ctx.prove_off is None:
-            return None
-        last = max([t for t in (ctx.proven_at, self._proven_at)
-                    if t is not None], default=None)
-        now = env.clock.monotonic()
-        if last is not None and now - last <= PROOF_TTL:
-            return None
-        reading = ctx.prove_off()
-        if not reading.off:
-            return reading
-        self._proven_at = env.clock.monotonic()
-        return None
 
     def _stop_if_given_up(self, env) -> None:
         """R12: once one instance is given up, evacuate nothing more.

@@ -408,6 +408,57 @@ def call_budget(default: float | None = None) -> float | None:
     return max(0.0, deadline - monotonic())
 
 
+#: A reading that proved a host off counts this many seconds of the
+#: engine's clock, and only inside the evacuation step that read it (the
+#: calls of one step follow each other within it; a device read costs
+#: time). The fence's own proof, or a previous step's, never counts.
+PROOF_TTL = 2.0
+
+
+class PowerUnproven(exceptions.FencingError):
+    """An evacuate call refused: its host is not proven off now."""
+
+    def __init__(self, reading: PowerReading):
+        super().__init__('evacuation from %s refused: it is not proven off '
+                         'now (%s)' % (reading.host, reading.detail))
+        self.reading = reading
+
+
+class PowerProof:
+    """Proof, read when a call needs it, that one host runs nothing now.
+
+    Made for one evacuation step and installed with
+    :meth:`LeaderGuard.proving`; every evacuate call of the cloud port
+    asks it first (:meth:`require`), so no code path can evacuate with a
+    stale proof or none at all.
+    """
+
+    def __init__(self, host: str, read: Callable[[], PowerReading],
+                 clock: 'Clock'):
+        self.host = host
+        self._read = read
+        self._clock = clock
+        #: Monotonic time of the latest reading that proved the host off.
+        self.proven_at: float | None = None
+
+    def require(self) -> None:
+        """Return when the host is proven off now; else raise.
+
+        :raises PowerUnproven: with what was read (``on``: it runs).
+        """
+        if (self.proven_at is not None and
+                self._clock.monotonic() - self.proven_at <= PROOF_TTL):
+            return
+        reading = self._read()
+        if not reading.off:
+            raise PowerUnproven(reading)
+        self.proven_at = self._clock.monotonic()
+
+
+_power_proof: contextvars.ContextVar[PowerProof | None] = \
+    contextvars.ContextVar('instanceha_power_proof', default=None)
+
+
 class LeaderGuard:
     """The one gate every side effect passes (R14: only the leader acts).
 
@@ -465,6 +516,28 @@ class LeaderGuard:
             yield proven
         finally:
             _call_deadline.reset(token)
+
+    @contextlib.contextmanager
+    def proving(self, proof: PowerProof):
+        """Evacuate calls in the body need ``proof`` (read when needed)."""
+        token = _power_proof.set(proof)
+        try:
+            yield proof
+        finally:
+            _power_proof.reset(token)
+
+    def require_proof(self, what: str) -> None:
+        """The host of the evacuation being made is proven off now.
+
+        :raises PowerUnproven: outside :meth:`proving`, or when the
+            host's devices do not prove it off.
+        """
+        proof = _power_proof.get()
+        if proof is None:
+            raise PowerUnproven(PowerReading(
+                host='its host', off=False, detail='%s was made outside an '
+                'evacuation step that proves its host off' % what))
+        proof.require()
 
     def device_check(self, host: str, device: str, action: str) -> float:
         """The hook a fencing topology calls before each device operation.
@@ -526,8 +599,19 @@ class GuardedCloud(_Wrapper, CloudPort):
     update_service = _guarded(
         'update_service',
         lambda service, **kw: 'update of the service of %s' % service.host)
-    evacuate = _guarded('evacuate',
-                        lambda server_id, **kw: 'evacuate %s' % server_id)
+
+    def evacuate(self, server_id: str, *, host: str | None = None) -> None:
+        """Evacuate only from a host proven off now, only as the leader.
+
+        The proof is read first (a device read takes time), leadership is
+        checked last, at the moment of the call.
+        """
+        what = 'evacuate %s' % server_id
+        self._guard.require_proof(what)
+        with self._guard.effect(what):
+            return self._inner.evacuate(server_id, host=host)
+    evacuate.guarded = True  # type: ignore[attr-defined]
+
     set_server_lock = _guarded(
         'set_server_lock', lambda server_id, locked, *a, **kw: '%s %s' % (
             'lock' if locked else 'unlock', server_id))

@@ -99,7 +99,6 @@ class Steps(tick.Plumbing):
             return
         wf.kdump = bool(result.kdump)
         wf.fence_level = result.level
-        wf.proven_at = self.env.clock.monotonic()
         details = {'kdump': True} if wf.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         self._transition(wf, S.FENCED, **details)
@@ -198,8 +197,7 @@ class Steps(tick.Plumbing):
         wf.budget = budget
         ctx = evacuation.StepContext(
             env=self.env, snapshot=self.snapshot, budget=budget,
-            prove_off=None if aftercare else self._prover(wf),
-            proven_at=wf.proven_at)
+            prove_off=None if aftercare else self._prover(wf))
         job = wf.job
 
         def done(progress):
@@ -250,7 +248,6 @@ class Steps(tick.Plumbing):
         if reading.on:
             wf.kdump = False
             wf.kdump_deadline = self.env.clock.monotonic()
-            wf.proven_at = None
             self._transition(wf, S.FENCING, reason=(
                 'powered on again (%s): fenced again before any further '
                 'evacuation' % reading.detail)[:250])

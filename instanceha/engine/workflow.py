@@ -147,6 +147,3 @@ class HostWorkflow:
     recovery: str = ''
     #: The spare (if any) was enabled by this copy.
     spare_enabled: bool = False
-    #: Monotonic time the host was last proven off (None: never by this
-    #: copy; an adopted marker is a claim, not a proof).
-    proven_at: float | None = None

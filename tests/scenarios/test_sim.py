@@ -506,18 +506,23 @@ class TestStory(testtools.TestCase):
 
 
 class UnsafeEngine:
-    """Evacuates every down host's instances without fencing: must fail."""
+    """Evacuates every down host's instances without fencing: must fail.
+
+    It talks to the simulated cloud behind the ports' guard (which would
+    refuse these evacuations): the simulator's own invariants must catch
+    an engine that gets past every guard.
+    """
 
     def __init__(self, conf, drivers, env, planner=None):
-        self.env = env
+        self.cloud = getattr(env.cloud, '_inner', env.cloud)
 
     def tick(self):
-        snap = self.env.cloud.snapshot()
+        snap = self.cloud.snapshot()
         for svc in snap.services:
             if svc.state == model.DOWN and not svc.forced_down:
-                self.env.cloud.update_service(svc, forced_down=True)
+                self.cloud.update_service(svc, forced_down=True)
                 for srv in snap.servers_on(svc.host):
-                    self.env.cloud.evacuate(srv.id)
+                    self.cloud.evacuate(srv.id)
 
     def shutdown(self, timeout):
         pass

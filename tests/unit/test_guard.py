@@ -18,6 +18,7 @@ tests fail.
 """
 
 import contextlib
+import functools
 import inspect
 import math
 
@@ -27,6 +28,7 @@ from instanceha.engine import executor
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
+from instanceha.sim import clock as sim_clock
 
 
 class Coordinator(ports.Coordinator):
@@ -115,11 +117,19 @@ class TestGuard(testtools.TestCase):
                                  getattr(method, 'guarded', None), name)
 
     def each_call(self, env):
+        # Evacuate calls also need a proof that their host is off (see
+        # TestEvacuateNeedsProof): here one that always holds.
+        proof = ports.PowerProof('h1', lambda: ports.PowerReading(
+            host='h1', off=True), sim_clock.SimClock())
+
+        def call(port, name, args, kwargs):
+            with env.guard.proving(proof):
+                return getattr(port, name)(*args, **kwargs)
         for cls, port in ((ports.CloudPort, env.cloud),
                           (ports.Fencer, env.fencer)):
             for name in self.mutating(cls):
                 args, kwargs = ARGS[name]
-                yield name, lambda: getattr(port, name)(*args, **kwargs)
+                yield name, functools.partial(call, port, name, args, kwargs)
 
     def test_a_follower_changes_nothing(self):
         env = make_env(Coordinator(proven=0))
@@ -216,7 +226,6 @@ class TestBudgetOnTheEngineClock(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        from instanceha.sim import clock as sim_clock
         self.clock = sim_clock.SimClock()
         self.env = ports.Environment(
             cloud=Recorder(), clock=self.clock, fencer=Recorder(),
@@ -239,3 +248,68 @@ class TestBudgetOnTheEngineClock(testtools.TestCase):
             # must end within the 3 s it has left.
             with self.env.guard.effect('power off of h1'):
                 self.assertEqual(3.0, ports.call_budget())
+
+
+class TestEvacuateNeedsProof(testtools.TestCase):
+    """Every evacuate call reads its host's power first (the port does)."""
+
+    def setUp(self):
+        super().setUp()
+        self.clock = sim_clock.SimClock()
+        self.env = ports.Environment(
+            cloud=Recorder(), clock=self.clock, fencer=Recorder(),
+            coordinator=Coordinator(), events=None,
+            executor=executor.InlineExecutor())
+        self.readings = []
+
+    def proof(self, *states):
+        states = list(states)
+
+        def read():
+            off = states.pop(0)
+            self.readings.append(off)
+            return ports.PowerReading(host='h1', off=off, on=not off,
+                                      detail='bmc: %s' % (
+                                          'off' if off else 'on'))
+        return ports.PowerProof('h1', read, self.clock)
+
+    def evacuated(self):
+        return [n for n, _ in self.env.cloud._inner.calls]
+
+    def test_refused_outside_a_proving_step(self):
+        exc = self.assertRaises(ports.PowerUnproven,
+                                self.env.cloud.evacuate, 's1')
+        self.assertIn('outside an evacuation step', str(exc))
+        self.assertEqual([], self.evacuated())
+
+    def test_a_host_found_on_is_not_evacuated(self):
+        with self.env.guard.proving(self.proof(False)):
+            exc = self.assertRaises(ports.PowerUnproven,
+                                    self.env.cloud.evacuate, 's1')
+        self.assertTrue(exc.reading.on)
+        self.assertIn('bmc: on', str(exc))
+        self.assertEqual([], self.evacuated())
+
+    def test_one_reading_serves_the_calls_of_one_instant(self):
+        with self.env.guard.proving(self.proof(True)):
+            self.env.cloud.evacuate('s1')
+            self.env.cloud.evacuate('s2')
+        self.assertEqual([True], self.readings)
+        self.assertEqual(['evacuate', 'evacuate'], self.evacuated())
+
+    def test_an_old_reading_is_read_again(self):
+        with self.env.guard.proving(self.proof(True, False)):
+            self.env.cloud.evacuate('s1')
+            self.clock.advance_to(ports.PROOF_TTL + 0.5)
+            self.assertRaises(ports.PowerUnproven,
+                              self.env.cloud.evacuate, 's2')
+        self.assertEqual([True, False], self.readings)
+        self.assertEqual(['evacuate'], self.evacuated())
+
+    def test_a_new_step_reads_again(self):
+        with self.env.guard.proving(self.proof(True)):
+            self.env.cloud.evacuate('s1')
+        with self.env.guard.proving(self.proof(False)):
+            self.assertRaises(ports.PowerUnproven,
+                              self.env.cloud.evacuate, 's2')
+        self.assertEqual([True, False], self.readings)

@@ -269,8 +269,11 @@ class TestJobAsksTheStrategy(testtools.TestCase):
     def step(self, strategy):
         snap = self.cloud.snapshot()
         job = strategy.begin('h1', list(snap.servers_on('h1')))
+        # h1 is powered off in the world above; the reading says so (the
+        # cloud port refuses an evacuate call without a proof).
+        off = ports.PowerReading(host='h1', off=True, detail='h1 off')
         job.step(evac_base.StepContext(env=self.env, snapshot=snap,
-                                       budget=10))
+                                       budget=10, prove_off=lambda: off))
         return {m.server_id: m.requested_dest
                 for m in self.world.migrations}
 
