@@ -489,21 +489,21 @@ class EvacuationJob:
         The strategy sees a read-only :class:`placement.PlacementView`
         (never the environment) and returns a host, or None for Nova's
         scheduler; the built-in strategies keep the engine's proposal
-        (``task.target``: the reserved spare, R17's next host). Free room
-        is read from the cloud at most once per step, and only if the
-        strategy looks at it; the calls of this step are counted against
-        it. A strategy that fails leaves the engine's proposal: placement
+        (``task.target``: the reserved spare, R17's next host). The hosts'
+        vCPUs are read from the cloud at most once per step, and only if
+        the strategy looks at them; the calls of this step are counted
+        in. A strategy that fails leaves the engine's proposal: placement
         is advice, never a reason not to evacuate.
         """
         read: list = []
         asked: dict[str, list[str]] = {}
 
-        def free():
+        def vcpus():
             if not read:
                 try:
-                    read.append(env.cloud.free_vcpus())
+                    read.append(env.cloud.host_vcpus())
                 except exceptions.CloudError as exc:
-                    LOG.warning('free room of the hosts unknown (%s); '
+                    LOG.warning('room on the hosts unknown (%s); '
                                 'Nova\'s scheduler still checks each '
                                 'target', exc)
                     read.append(None)
@@ -516,9 +516,9 @@ class EvacuationJob:
                     moving.setdefault(other.target, []).append(
                         other.server_id)
             view = placement.build(
-                snapshot, self.host, spare=self.target, free=free,
+                snapshot, self.host, spare=self.target, vcpus=vcpus,
                 servers=self._servers, on_the_way=moving,
-                asked_since_free=asked)
+                asked_since_read=asked)
             try:
                 target = self.strategy.choose_target(task, view)
             except Exception:

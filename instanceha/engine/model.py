@@ -98,6 +98,20 @@ class Aggregate:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostVcpus:
+    """A host's vCPUs as the cloud's placement service counts them."""
+
+    #: What may be allocated (allocation ratio and reserved applied).
+    capacity: int
+    #: What the instances there (and evacuations scheduled to it) hold.
+    used: int
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+
+@dataclasses.dataclass(frozen=True)
 class Migration:
     """One of Nova's migration records (evacuations are type evacuation)."""
 

@@ -23,12 +23,15 @@ Nova's evacuate (compute API 2.94), whose scheduler still checks it (room,
 enabled, up, the instance's filters) and refuses it otherwise; it is never
 forced. ``None`` lets Nova's scheduler choose.
 
-Capacity is counted in vCPUs. ``free_vcpus`` is what the cloud reports
-free (in the simulator its model; None where the cloud does not say), less
-what this evacuation has already asked for since; ``used_vcpus`` is what
-the instances Nova lists on the host ask for, plus this evacuation's
-instances on their way there, so a strategy spreading by load sees its
-own earlier choices.
+Capacity is counted in vCPUs. Where the cloud says (placement's
+capacity and usage; the simulator's model), ``total_vcpus`` and
+``used_vcpus`` are its numbers, the use including what this evacuation
+asked for since they were read (and never less than what Nova lists
+there plus this evacuation's instances on their way), so a strategy sees
+its own earlier choices. Where it does not, ``total_vcpus`` and
+``free_vcpus`` are None and ``used_vcpus`` counts the instances Nova
+listed on the host plus this evacuation's instances on their way there --
+None too when this cycle did not list that host's servers.
 """
 
 from collections.abc import Callable
@@ -55,23 +58,33 @@ class HostRoom:
     eligible: bool
     #: vCPUs free for new instances; None when the cloud does not say.
     free_vcpus: int | None
-    #: vCPUs of the instances Nova lists there plus those on their way.
-    used_vcpus: int
-    #: Instances Nova lists there plus those on their way.
-    instances: int
+    #: vCPUs in use there, with those this evacuation sent (None: unknown).
+    used_vcpus: int | None
+    #: Instances Nova lists there plus those on their way (None: its
+    #: servers were not listed in this cycle).
+    instances: int | None
     zone: str | None
     #: Names of the host aggregates it belongs to.
     aggregates: frozenset[str]
     #: SAME_AGGREGATE, SAME_ZONE or ELSEWHERE, seen from the failed host.
     closeness: int
 
+    #: vCPUs that may be allocated there (None: the cloud does not say).
+    total_vcpus: int | None = None
+
     @property
-    def load(self) -> float:
-        """Share of its vCPUs in use (0..1), or the used vCPUs if unknown."""
-        if self.free_vcpus is None:
+    def load(self) -> float | None:
+        """Share of its vCPUs in use (0..1).
+
+        The used vCPUs when the total is unknown; None when nothing is.
+        """
+        if self.used_vcpus is None:
+            return None
+        if self.total_vcpus is None:
             return float(self.used_vcpus)
-        total = self.used_vcpus + self.free_vcpus
-        return self.used_vcpus / total if total > 0 else 1.0
+        if self.total_vcpus <= 0:
+            return 1.0
+        return self.used_vcpus / self.total_vcpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +106,16 @@ class PlacementView:
     spare: str | None = None
     snapshot: model.Snapshot | None = dataclasses.field(
         default=None, repr=False, compare=False)
-    #: host -> free vCPUs, or a callable reading it (once) when needed.
-    free: Mapping[str, int] | Callable[[], Mapping[str, int] | None] | None \
-        = dataclasses.field(default=None, repr=False, compare=False)
+    #: host -> its vCPUs as the cloud reports them, or a callable reading
+    #: them (once) when needed.
+    vcpus: Mapping[str, model.HostVcpus] | Callable[
+        [], Mapping[str, model.HostVcpus] | None] | None = dataclasses.field(
+            default=None, repr=False, compare=False)
     servers: tuple[model.Server, ...] = dataclasses.field(
         default=(), repr=False, compare=False)
     on_the_way: Mapping[str, tuple[str, ...]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
-    asked_since_free: Mapping[str, tuple[str, ...]] = dataclasses.field(
+    asked_since_read: Mapping[str, tuple[str, ...]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
 
     @functools.cached_property
@@ -134,20 +149,30 @@ class PlacementView:
         snapshot = self.snapshot
         if snapshot is None:
             return types.MappingProxyType({})
-        free = self.free() if callable(self.free) else self.free
-        vcpus = self.needs
+        read = self.vcpus() if callable(self.vcpus) else self.vcpus
+        need = self.needs
         hosts = {}
         for svc in snapshot.services:
             if svc.host == self.failed_host:
                 continue
-            listed = snapshot.servers_on(svc.host)
+            asked = sum(need.get(i) or 0
+                        for i in self.asked_since_read.get(svc.host, ()))
             coming = self.on_the_way.get(svc.host, ())
-            used = sum(s.flavor.vcpus or 0 for s in listed) + sum(
-                vcpus.get(i) or 0 for i in coming)
-            room = None if free is None else free.get(svc.host)
-            if room is not None:
-                room -= sum(vcpus.get(i) or 0
-                            for i in self.asked_since_free.get(svc.host, ()))
+            counted = (read or {}).get(svc.host)
+            listed = (snapshot.servers_on(svc.host)
+                      if snapshot.servers_known(svc.host) else None)
+            # Ours: what Nova lists there and what this evacuation sent
+            # (the cloud's count may not include a call not yet scheduled).
+            ours = None if listed is None else sum(
+                s.flavor.vcpus or 0 for s in listed) + sum(
+                    need.get(i) or 0 for i in coming)
+            if counted is not None:
+                total = counted.capacity
+                used = max(counted.used + asked, ours or 0)
+                room = total - used
+            else:
+                total = room = None
+                used = ours
             mine = frozenset(a.name for a in snapshot.aggregates_of(svc.host))
             its_zone = _zone(svc.host, snapshot)
             if mine & self.failed_aggregates:
@@ -163,9 +188,10 @@ class PlacementView:
                 host=svc.host,
                 eligible=(svc.state == model.UP and enabled
                           and not svc.forced_down),
-                free_vcpus=room, used_vcpus=used,
-                instances=len(listed) + len(coming), zone=its_zone,
-                aggregates=mine, closeness=closeness)
+                free_vcpus=room, used_vcpus=used, total_vcpus=total,
+                instances=None if listed is None else len(listed) + len(
+                    coming),
+                zone=its_zone, aggregates=mine, closeness=closeness)
         return types.MappingProxyType(hosts)
 
     def need(self, server_id: str) -> int:
@@ -200,28 +226,29 @@ def _zone(host: str, snapshot: model.Snapshot) -> str | None:
 
 def build(snapshot: model.Snapshot | None, failed_host: str, *,
           spare: str | None = None,
-          free: Mapping[str, int] | Callable[[], Mapping[str, int] | None]
-          | None = None,
+          vcpus: Mapping[str, model.HostVcpus] | Callable[
+              [], Mapping[str, model.HostVcpus] | None] | None = None,
           servers: Iterable[model.Server] = (),
           on_the_way: Mapping[str, Iterable[str]] | None = None,
-          asked_since_free: Mapping[str, Iterable[str]] | None = None
+          asked_since_read: Mapping[str, Iterable[str]] | None = None
           ) -> PlacementView:
     """The view of ``snapshot`` for placing ``failed_host``'s instances.
 
-    :param free: host -> free vCPUs as the cloud reports them, or a
+    :param vcpus: host -> its vCPUs as the cloud reports them, or a
         callable reading them when first needed; None (or a host missing
         from it) when the cloud does not say.
     :param servers: the failed host's instances (for their flavors'
         vCPUs; an instance the snapshot lists there is found anyway).
     :param on_the_way: host -> server ids this evacuation sent there that
-        Nova does not list there yet (counted as used).
-    :param asked_since_free: host -> server ids asked for there after
-        ``free`` was read (subtracted from it).
+        Nova does not list there yet (counted as used where the cloud's
+        own count is unknown).
+    :param asked_since_read: host -> server ids asked for there after
+        ``vcpus`` was read (counted as used).
     """
     def frozen(groups):
         return types.MappingProxyType(
             {h: tuple(ids) for h, ids in (groups or {}).items()})
     return PlacementView(
-        failed_host=failed_host, spare=spare, snapshot=snapshot, free=free,
-        servers=tuple(servers), on_the_way=frozen(on_the_way),
-        asked_since_free=frozen(asked_since_free))
+        failed_host=failed_host, spare=spare, snapshot=snapshot,
+        vcpus=vcpus, servers=tuple(servers), on_the_way=frozen(on_the_way),
+        asked_since_read=frozen(asked_since_read))

@@ -178,8 +178,8 @@ class CloudPort(abc.ABC):
     def delete_server_metadata(self, server_id: str, key: str) -> None:
         """Remove one metadata item; an absent item is not an error."""
 
-    def free_vcpus(self) -> Mapping[str, int] | None:
-        """Host -> vCPUs free for new instances; None: the cloud cannot say.
+    def host_vcpus(self) -> Mapping[str, model.HostVcpus] | None:
+        """Host -> its vCPU capacity and use; None: the cloud cannot say.
 
         Read only when a placement strategy looks at free room (see
         :mod:`instanceha.engine.placement`). Nova's scheduler checks room
@@ -595,7 +595,7 @@ class GuardedCloud(_Wrapper, CloudPort):
 
     get_server = _read('get_server')
     migrations = _read('migrations')
-    free_vcpus = _read('free_vcpus')
+    host_vcpus = _read('host_vcpus')
     update_service = _guarded(
         'update_service',
         lambda service, **kw: 'update of the service of %s' % service.host)
@@ -663,7 +663,7 @@ class GuardedFencer(_Wrapper, Fencer):
 #: Port methods that change nothing (everything else must be guarded).
 READ_ONLY = {
     CloudPort: frozenset({'snapshot', 'read_services', 'get_server',
-                          'migrations', 'action_errors', 'free_vcpus',
+                          'migrations', 'action_errors', 'host_vcpus',
                           'server_actions', 'stopped_servers'}),
     Fencer: frozenset({'configured', 'power_state'}),
 }

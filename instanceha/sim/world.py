@@ -938,17 +938,19 @@ class SimCloud(ports.CloudPort):
         self._faults('evacuate', 'evacuate %s' % server_id,
                      lambda: self.world.api_evacuate(server_id, host))
 
-    def free_vcpus(self) -> dict[str, int]:
-        """What placement would say: each host's vCPUs not yet claimed.
+    def host_vcpus(self) -> dict[str, model.HostVcpus]:
+        """What placement would say: each host's vCPUs and their use.
 
         One call; the scheduler's claims of evacuations under way count
         (as placement allocations do), instances merely asked for do not.
         """
         self._call()
-        self._faults('capacity', 'read free capacity', any_too=False)
+        self._faults('capacity', 'read host capacity', any_too=False)
         w = self.world
-        return {h: w.free(h) for h in w.hosts
-                if h not in w.deleted_services}
+        return {name: model.HostVcpus(capacity=h.vcpus,
+                                      used=h.vcpus - w.free(name))
+                for name, h in w.hosts.items()
+                if name not in w.deleted_services}
 
     def _server(self, server_id: str) -> Server:
         srv = self.world.servers.get(server_id)

@@ -194,16 +194,18 @@ class TestSimCloud(testtools.TestCase):
                                     'vm1', host=host)
             self.assertEqual(status, exc.status)
 
-    def test_free_vcpus_counts_the_schedulers_claims(self):
+    def test_host_vcpus_count_the_schedulers_claims(self):
         w = small_world()
         cloud = sim_world.SimCloud(w)
-        self.assertEqual({'h1': 63, 'h2': 64, 'h3': 64}, cloud.free_vcpus())
+        self.assertEqual({'h1': (64, 1), 'h2': (64, 0), 'h3': (64, 0)},
+                         {h: (v.capacity, v.used)
+                          for h, v in cloud.host_vcpus().items()})
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
         cloud.evacuate('vm1', host='h3')
-        self.assertEqual(64, cloud.free_vcpus()['h3'])
+        self.assertEqual(64, cloud.host_vcpus()['h3'].free)
         advance(w, 5)
-        self.assertEqual(63, cloud.free_vcpus()['h3'])
+        self.assertEqual(63, cloud.host_vcpus()['h3'].free)
 
     def test_snapshot_calls_do_not_grow_with_hosts(self):
         small = sim_world.SimCloud(small_world())

@@ -18,6 +18,7 @@ validates a requested host the way Nova's scheduler does.
 """
 
 import contextlib
+import dataclasses
 import datetime
 import math
 
@@ -49,6 +50,10 @@ def service(host, zone='az1', state='up', status='enabled', forced=False):
 def server(sid, host, vcpus=2):
     return model.Server(id=sid, name=sid, host=host, status='ACTIVE',
                         flavor=model.Flavor('f%d' % vcpus, vcpus=vcpus))
+
+
+def vc(capacity, used):
+    return model.HostVcpus(capacity=capacity, used=used)
 
 
 def task(sid, **kw):
@@ -85,6 +90,7 @@ class TestView(testtools.TestCase):
         self.assertEqual('az1', view.failed_zone)
         self.assertEqual(8, view.hosts['rack-a'].used_vcpus)
         self.assertIsNone(view.hosts['rack-a'].free_vcpus)
+        self.assertEqual(8.0, view.hosts['rack-a'].load)
         self.assertEqual(4, view.need('v2'))
 
     def test_read_only(self):
@@ -95,12 +101,14 @@ class TestView(testtools.TestCase):
         self.assertRaises(TypeError, put)
         self.assertRaises(AttributeError, setattr, view, 'spare', 'x')
 
-    def test_free_room_less_what_was_asked_since(self):
+    def test_the_clouds_count_plus_what_was_asked_since(self):
         view = placement.build(
-            self.snap, 'failed', free={'rack-a': 5, 'zone-b': 3},
+            self.snap, 'failed', vcpus={'rack-a': vc(16, 11),
+                                        'zone-b': vc(9, 6)},
             on_the_way={'zone-b': ['v2']},
-            asked_since_free={'rack-a': ['v1']})
+            asked_since_read={'rack-a': ['v1']})
         self.assertEqual(3, view.hosts['rack-a'].free_vcpus)
+        self.assertEqual(13 / 16, view.hosts['rack-a'].load)
         self.assertEqual(3, view.hosts['zone-b'].free_vcpus)
         self.assertEqual(2 + 4, view.hosts['zone-b'].used_vcpus)
         self.assertEqual(2, view.hosts['zone-b'].instances)
@@ -108,6 +116,21 @@ class TestView(testtools.TestCase):
         self.assertTrue(view.fits('zone-b', 'v1'))
         self.assertEqual(['far', 'rack-a', 'zone-b'],
                          [r.host for r in view.candidates('v1')])
+        # Never less than what Nova lists there and what is on its way.
+        view = placement.build(self.snap, 'failed',
+                               vcpus={'zone-b': vc(9, 0)},
+                               on_the_way={'zone-b': ['v2']})
+        self.assertEqual(6, view.hosts['zone-b'].used_vcpus)
+
+    def test_hosts_whose_servers_were_not_listed(self):
+        snap = dataclasses.replace(self.snap, servers_read=frozenset(
+            {'failed', 'rack-a'}))
+        view = placement.build(snap, 'failed')
+        self.assertEqual(8, view.hosts['rack-a'].used_vcpus)
+        self.assertIsNone(view.hosts['zone-b'].used_vcpus)
+        self.assertIsNone(view.hosts['zone-b'].instances)
+        self.assertIsNone(view.hosts['zone-b'].load)
+        self.assertEqual(2, view.need('v1'))
 
     def test_derived_only_when_looked_at(self):
         # The built-in strategies never look: no host walk, no read.
@@ -115,8 +138,8 @@ class TestView(testtools.TestCase):
 
         def read():
             reads.append(1)
-            return {'rack-a': 5}
-        view = placement.build(self.snap, 'failed', free=read, spare='s')
+            return {'rack-a': vc(16, 8)}
+        view = placement.build(self.snap, 'failed', vcpus=read, spare='s')
         self.assertEqual('s', view.spare)
         self.assertEqual([], reads)
         self.assertTrue(view.fits('rack-a', 'v1'))
@@ -137,11 +160,15 @@ class TestSpread(testtools.TestCase):
             {'failed', 'a1', 'a2'})),)
 
     def view(self, servers=(), free=None, spare=None, **kw):
+        if free is not None:
+            free = {h: vc(max(f, 64), max(f, 64) - f)
+                    for h, f in free.items()}
         snap = model.Snapshot(
             taken_at=T0, services=tuple(self.services),
             servers=(server('v1', 'failed'),) + tuple(servers),
             aggregates=self.aggs)
-        return placement.build(snap, 'failed', free=free, spare=spare, **kw)
+        return placement.build(snap, 'failed', vcpus=free, spare=spare,
+                               **kw)
 
     def test_least_loaded_of_the_same_aggregate_first(self):
         view = self.view([server('x', 'a1', 4), server('y', 'a2', 2)])
@@ -221,9 +248,9 @@ class _Cloud(sim_world.SimCloud):
 
     reads = 0
 
-    def free_vcpus(self):
+    def host_vcpus(self):
         self.reads += 1
-        return super().free_vcpus()
+        return super().host_vcpus()
 
 
 class _Told(spread.SpreadEvacuation):

@@ -89,5 +89,6 @@ class SpreadEvacuation(smart.SmartEvacuation):
         if not found:
             return None  # nowhere known to fit: Nova's scheduler decides
         best = min(found, key=lambda room: (
-            self._distance(room, view), room.load, room.host))
+            self._distance(room, view), room.load is None,
+            room.load or 0.0, room.host))
         return best.host
