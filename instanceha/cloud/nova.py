@@ -618,6 +618,10 @@ class NovaCloud(ports.CloudPort):
         filters). A host that fails them ends the migration record in
         ``error`` ("No valid host"); an unknown host is refused at once
         (404), the server's own host too (400).
+
+        (``host_vcpus`` is not implemented here: room lives in Nova's
+        placement service, which this module does not read yet; a
+        placement strategy then sees the load of the instances listed.)
         """
         self._call('evacuate server %s' % server_id,
                    self.nova.servers.evacuate, server_id, host=host)
