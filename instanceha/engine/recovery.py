@@ -69,7 +69,6 @@ from instanceha.engine import workflow
 # Re-exported: the names this module held before it was split.
 from instanceha.engine.workflow import BUSY_STATES  # noqa: F401
 from instanceha.engine.workflow import HostWorkflow
-from instanceha.engine.workflow import KDUMP_PROOF_WINDOW  # noqa: F401
 from instanceha.engine.workflow import MIGRATION_SLACK  # noqa: F401
 from instanceha.engine.workflow import NEEDS_FRESH_PLAN
 from instanceha.engine.workflow import new_recovery_id  # noqa: F401

@@ -62,8 +62,7 @@ class Steps(tick.Plumbing):
             # message interval). A dump that ended may have been followed
             # by a reboot.
             last = self.env.kdump.last_message(wf.host)
-            live = datetime.timedelta(
-                seconds=self._kdump_opt('message_interval', 10))
+            live = self._kdump_live_window()
             if last is not None and clock.now() - last <= live:
                 self._fenced(wf, ports.FenceResult(
                     host=wf.host, level=0, devices=(), kdump=True))
@@ -219,13 +218,13 @@ class Steps(tick.Plumbing):
     def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
         """Proof, read now, that ``wf.host`` runs nothing (job thread).
 
-        A host found crash-dumping counts while its fence_kdump messages
-        are current (one repeat interval and some slack); otherwise its
-        fencing devices are read, level by level.
+        A host found crash-dumping counts while its dump is live (its
+        latest fence_kdump message at most ``[kdump] message_interval``
+        old, the window the fence itself used); otherwise its fencing
+        devices are read, level by level.
         """
         host, kdump = wf.host, wf.kdump
-        window = datetime.timedelta(seconds=min(
-            workflow.KDUMP_PROOF_WINDOW, self._kdump_opt('message_timeout', 30)))
+        window = self._kdump_live_window()
 
         def prove() -> ports.PowerReading:
             if kdump and self.env.kdump is not None:
@@ -246,11 +245,14 @@ class Steps(tick.Plumbing):
         be read proves nothing either way: the next step reads again.
         """
         if reading.on:
+            what = ('its crash dump ended (no fence_kdump message for '
+                    '[kdump] message_interval) and it runs again'
+                    if wf.kdump else 'powered on again')
             wf.kdump = False
             wf.kdump_deadline = self.env.clock.monotonic()
             self._transition(wf, S.FENCING, reason=(
-                'powered on again (%s): fenced again before any further '
-                'evacuation' % reading.detail)[:250])
+                '%s (%s): fenced again before any further evacuation'
+                % (what, reading.detail))[:250])
             return
         wait = min(workflow.STEP_RETRY * 2 ** wf.step_errors, float(self.conf.poll))
         wf.step_errors += 1

@@ -20,6 +20,7 @@ change passes :meth:`Plumbing._transition` (the table of
 """
 
 from collections.abc import Callable
+import datetime
 
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
@@ -216,6 +217,16 @@ class Plumbing:
             return bool(self.conf.kdump.check_kdump)
         except Exception:  # the [kdump] group is optional
             return True
+
+    def _kdump_live_window(self) -> datetime.timedelta:
+        """How old the latest fence_kdump message of a live dump may be.
+
+        ``[kdump] message_interval``: one window for the fence and for
+        every evacuation call. A dump that ended may be followed by a
+        reboot: it proves nothing once a message is missed.
+        """
+        return datetime.timedelta(
+            seconds=self._kdump_opt('message_interval', 10))
 
     def _kdump_opt(self, name: str, default: int) -> int:
         try:

@@ -49,10 +49,6 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 #: the latest cycle's snapshot, never while Nova cannot be read.
 NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
 
-#: A crash-dumping host counts as off while its latest fence_kdump
-#: message is at most this old (fence_kdump_send repeats every 10 s).
-KDUMP_PROOF_WINDOW = 15.0
-
 #: Seconds before a step that raised is tried again (doubled while it
 #: keeps failing, up to ``poll``).
 STEP_RETRY = 5.0
