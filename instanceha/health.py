@@ -551,6 +551,10 @@ def _listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
         'instanceha_listener_hosts',
         'Hosts a detector\'s UDP listener has heard from.',
         labels=['listener'])
+    announced = prom_core.CounterMetricFamily(
+        'instanceha_listener_announcements',
+        'Clean shutdowns announced by compute hosts\' heartbeat agents, '
+        'by kind (reboot, poweroff).', labels=['listener', 'kind'])
     for drv in listeners:
         stats = drv.stats()
         if not stats:
@@ -560,8 +564,11 @@ def _listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
         for reason, count in sorted(stats.get('rejected', {}).items()):
             packets.add_metric([drv.name, 'rejected', reason], count)
         hosts.add_metric([drv.name], stats.get('hosts', 0))
+        for kind, count in sorted(stats.get('announcements', {}).items()):
+            announced.add_metric([drv.name, kind], count)
     yield packets
     yield hosts
+    yield announced
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -122,6 +122,8 @@ class Service:
     #: The notifier dispatcher (``[notifications] drivers``) when build()
     #: chose the engine's first reader itself.
     notifications: object | None = None
+    #: The shutdown policy's handler (with the heartbeat detector).
+    shutdown: object | None = None
 
 
 def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
@@ -136,6 +138,8 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
     executor = executor_mod.ThreadPoolExecutor(conf.workers)
     clock = clock or clock_mod.SystemClock()
     fan_out = events_mod.FanOutEventSink(event_sink or notifications)
+    from instanceha import shutdown
+    heartbeat = shutdown.find_detector(drivers)
     env = ports.Environment(
         cloud=cloud or make_cloud(conf),
         clock=clock,
@@ -145,13 +149,19 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
         executor=executor,
         kdump=make_kdump(conf, drivers),
         listeners=make_listeners(),
-        pause=pause or make_pause(conf))
+        pause=pause or make_pause(conf),
+        announcements=heartbeat)
     for det in drivers.detectors:
         det.listeners = env.listeners
     engine = recovery.Engine(conf, drivers, env)
-    return Service(engine=engine, env=env, executor=executor,
-                   stop=threading.Event(), events=fan_out,
-                   notifications=notifications)
+    built = Service(engine=engine, env=env, executor=executor,
+                    stop=threading.Event(), events=fan_out,
+                    notifications=notifications)
+    if heartbeat is not None:
+        # Announced shutdowns: freeze, drain and enable after each tick.
+        built.shutdown = shutdown.ShutdownHandler(conf, engine, heartbeat)
+        built.observers.append(built.shutdown)
+    return built
 
 
 def _start(obj) -> None:

@@ -75,6 +75,11 @@ LABELS = {
     ('healthy', 'service_down'): 'nova-compute down, host alive',
     ('service_down', 'healthy'): 'nova-compute reports up: enabled',
     ('service_down', 'suspect'): 'the host fails as a whole',
+    ('healthy', 'frozen'): 'announced a shutdown, policy freeze',
+    ('healthy', 'draining'): 'announced a shutdown, policy migrate',
+    ('draining', 'frozen'): 'instances moved away',
+    ('draining', 'healthy'): 'back, or taken by an operator',
+    ('frozen', 'healthy'): 'back and enabled, or return_timeout passed',
 }
 
 

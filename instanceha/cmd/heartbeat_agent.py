@@ -58,6 +58,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         '--count', type=int, default=0,
         help='Stop after this many heartbeats (default 0: run forever).')
+    parser.add_argument(
+        '--announce', default='auto',
+        choices=['auto', 'reboot', 'poweroff', 'never'],
+        help='What to announce when stopped (SIGTERM): auto (default) '
+             'announces a reboot or a power-off when systemd\'s job list '
+             'shows the machine going down (--shutdown-jobs-command), '
+             'nothing on a plain stop or restart of the agent; never '
+             'announces nothing; reboot/poweroff always announce that.')
+    parser.add_argument(
+        '--shutdown-jobs-command', default=agent_mod.JOBS_COMMAND,
+        metavar='COMMAND',
+        help='Prints systemd\'s queued jobs, the unit in the second '
+             'column: a start job of reboot.target/kexec.target means a '
+             'reboot, of poweroff.target/halt.target a power-off (default: '
+             '"%(default)s").')
+    parser.add_argument(
+        '--answer-timeout', type=float, default=10.0,
+        help='Seconds a shutdown announcement is repeated (every second) '
+             'until instanceha answers (default 10); then the shutdown '
+             'goes on.')
+    parser.add_argument(
+        '--drain-timeout', type=float, default=300.0,
+        help='Under the migrate shutdown policy: at most this many seconds '
+             'the shutdown waits while instanceha live-migrates the '
+             'host\'s instances away (default 300). Keep the unit\'s '
+             'TimeoutStopSec above it.')
     parser.add_argument('--debug', action='store_true',
                         help='Log every heartbeat sent.')
     version.add_argument(parser)
@@ -75,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                      % args.interval)
     if args.count < 0:
         parser.error('--count must not be negative')
+    for name in ('answer_timeout', 'drain_timeout'):
+        if not 0 <= getattr(args, name) <= 86400:
+            parser.error('--%s %s: must be between 0 and 86400 seconds'
+                         % (name.replace('_', '-'), getattr(args, name)))
     try:
         collectors = [agent_mod.parse_endpoint(c, agent_mod.DEFAULT_PORT)
                       for c in args.collector]
@@ -88,12 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         print('%s: error: %s' % (PROG, exc), file=sys.stderr)
         return 2
 
+    stopped = []
+
     def terminate(signum, frame):
+        stopped.append(signum)
         agent.stop()
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     agent.run(count=args.count)
+    if stopped and args.announce != 'never':
+        kind = (agent_mod.shutdown_kind(args.shutdown_jobs_command)
+                if args.announce == 'auto' else args.announce)
+        if kind:
+            agent.announce(kind, answer_timeout=args.answer_timeout,
+                           drain_timeout=args.drain_timeout)
     return 0
 
 

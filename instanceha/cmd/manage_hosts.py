@@ -29,6 +29,7 @@ from oslo_config import cfg
 from instanceha.cmd import manage_history
 from instanceha.engine import marker
 from instanceha.engine import model
+from instanceha.engine import shutdown
 from instanceha.engine import states
 from instanceha import exceptions
 
@@ -59,6 +60,14 @@ def describe(service: model.Service) -> dict:
         'note': (parsed.details() if parsed
                  else (service.disabled_reason or '')),
     }
+    frozen = shutdown.frozen(service)
+    if frozen is not None:
+        # Frozen by its announced shutdown (not a recovery marker).
+        row.update(instanceha=S.FROZEN.value,
+                   since=marker.format_ts(frozen.since),
+                   note='announced a %s; expected back by %s%s' % (
+                       frozen.kind, marker.format_ts(frozen.until),
+                       '; ' + frozen.note if frozen.note else ''))
     if parsed and parsed.recovery:
         row['recovery'] = parsed.recovery
     if parsed and parsed.state is S.FAILED:

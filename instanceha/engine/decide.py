@@ -101,8 +101,11 @@ def combine(evidence: list[det_base.Evidence], mode: str,
     Neither is acted on; both are judged again next poll.
 
     A witness saying HOLD (it cannot tell yet, e.g. a listener warming
-    up) turns a failed verdict into unknown, in every mode: it has not
-    had the chance to veto.
+    up, or a host frozen by its announced reboot) turns a failed verdict
+    into unknown, in every mode: it has not had the chance to veto.
+
+    A host whose own witness says it announced its power-off (evidence
+    ``announced``, the failover shutdown policy) is failed in every mode.
     """
     detectors = len(evidence) if detectors is None else detectors
     reasons = tuple(e.reason for e in evidence)
@@ -118,6 +121,12 @@ def combine(evidence: list[det_base.Evidence], mode: str,
             return UNKNOWN, reasons + tuple(e.reason for e in holding) + (
                 HELD_REASON,)
         return verdict, reasons + tuple(e.reason for e in holding)
+    if any(e.announced and e.verdict is V.FAILED for e in evidence):
+        # The host said itself that it powers off (failover policy): Nova
+        # sees it up until service_down_time; waiting for that is what
+        # the policy asks not to do. Off is proven by reading its fencing
+        # devices before anything is evacuated.
+        return FAILED, reasons
     votes = {e.verdict for e in evidence}
     failed = V.FAILED in votes
     alive = V.ALIVE in votes

@@ -132,6 +132,20 @@ Names (``host`` is set on all but the cycle-level ones):
                           recovered now (a storm above ``[instance_failure]
                           threshold``, the per-cycle cap, or a pause); once
                           per change
+``shutdown_announced``    the host's agent announced a clean shutdown:
+                          ``kind`` (reboot, poweroff), ``policy`` and
+                          where it comes from (``origin``), ``action``
+                          (freeze, failover, migrate)
+``shutdown_drained``      migrate: the host's instances were moved away
+                          before it went down: ``moved``, ``left``
+``shutdown_returned``     an announced host is back (a heartbeat from its
+                          next boot, Nova reports it up): ``kind``,
+                          ``after`` (s since the announcement),
+                          ``enabled`` (its service enabled again by us)
+``shutdown_overdue``      an announced host did not come back within
+                          ``[shutdown] return_timeout``: ``kind``,
+                          ``silent`` (s); from now on it is handled as a
+                          failed host (fenced, evacuated)
 ========================  =================================================
 """
 
@@ -186,6 +200,10 @@ INSTANCE_RECOVERED = 'instance_recovered'
 INSTANCE_RECOVERY_FAILED = 'instance_recovery_failed'
 INSTANCE_GAVE_UP = 'instance_gave_up'
 INSTANCE_FAILURE_HELD = 'instance_failure_held'
+SHUTDOWN_ANNOUNCED = 'shutdown_announced'
+SHUTDOWN_DRAINED = 'shutdown_drained'
+SHUTDOWN_RETURNED = 'shutdown_returned'
+SHUTDOWN_OVERDUE = 'shutdown_overdue'
 
 #: Events that mean something went wrong (logged as warnings).
 WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
@@ -196,7 +214,8 @@ WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       RELOAD_REFUSED,
                       PROCESS_FAILURE, PROCESS_FAILURE_HELD,
                       INSTANCE_CRASHED, INSTANCE_RECOVERY_FAILED,
-                      INSTANCE_GAVE_UP, INSTANCE_FAILURE_HELD})
+                      INSTANCE_GAVE_UP, INSTANCE_FAILURE_HELD,
+                      SHUTDOWN_OVERDUE})
 
 
 def _value(v) -> str:

@@ -244,6 +244,10 @@ class FenceResult:
     #: True when the host was found crash-dumping (kdump) rather than
     #: powered off: it is already not running its instances.
     kdump: bool = False
+    #: True when the host had announced its shutdown and no power
+    #: operation was made: fence found it off by reading its devices,
+    #: unfence left it off (see instanceha.engine.shutdown).
+    announced: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +261,8 @@ class PowerReading:
     on: bool = False
     #: For the log: which devices said what, or why nothing could be read.
     detail: str = ''
+    #: The fencing level whose devices all reported off (0: none/unknown).
+    level: int = 0
 
 
 class Fencer(abc.ABC):
@@ -688,6 +694,11 @@ class Environment:
     guard: LeaderGuard | None = None
     #: Where an operator's pause is read (None: instance HA never paused).
     pause: PauseSource | None = None
+    #: Who heard the hosts' shutdown announcements (the heartbeat
+    #: detector; None: no host can announce one). The fencer given is
+    #: wrapped so that an announced host is proven off by reading its
+    #: devices, never power-cycled (instanceha.engine.shutdown).
+    announcements: Any = None
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -695,4 +706,8 @@ class Environment:
         if not isinstance(self.cloud, GuardedCloud):
             self.cloud = GuardedCloud(self.cloud, self.guard)
         if not isinstance(self.fencer, GuardedFencer):
+            if self.announcements is not None:
+                from instanceha.engine import shutdown
+                self.fencer = shutdown.AnnouncedFencer(
+                    self.fencer, self.announcements)
             self.fencer = GuardedFencer(self.fencer, self.guard)

@@ -21,6 +21,10 @@
        |                                      (operator)        |
        +------------------ enabling <--- waiting_up <-----------+
 
+    healthy -> draining -> frozen -> healthy     (an announced shutdown,
+       |                     ^                    instanceha.shutdown)
+       +---------------------+
+
 Every log line, event and Nova marker names these states. The marker
 written to the compute service's ``disabled_reason`` makes the state
 durable in Nova itself, so a restarted service (or a new leader) resumes
@@ -58,6 +62,12 @@ class HostState(str, enum.Enum):
     #: or evacuated, enabled again when nova-compute reports up. Not a
     #: recovery workflow (see instanceha.engine.process_failure).
     SERVICE_DOWN = 'service_down'
+    #: Announced a clean reboot or power-off (freeze policy): disabled
+    #: with a reason of its own, never fenced while expected back.
+    FROZEN = 'frozen'
+    #: Announced a clean shutdown under the migrate policy: its instances
+    #: are being live-migrated away while its agent's stop path waits.
+    DRAINING = 'draining'
 
     def __str__(self) -> str:
         return self.value
@@ -70,7 +80,8 @@ S = HostState
 #: operator disables with a reason of their own leaves our hands from
 #: wherever its workflow stood (also hosts clear --enable).
 TRANSITIONS: dict[HostState, frozenset[HostState]] = {
-    S.HEALTHY: frozenset({S.SUSPECT, S.SERVICE_DOWN}),
+    S.HEALTHY: frozenset({S.SUSPECT, S.SERVICE_DOWN, S.FROZEN,
+                          S.DRAINING}),
     S.SUSPECT: frozenset({S.HEALTHY, S.FENCING}),
     S.FENCING: frozenset({S.FENCED, S.FENCE_FAILED, S.HEALTHY}),
     S.FENCE_FAILED: frozenset({S.FENCING, S.HEALTHY}),
@@ -89,6 +100,10 @@ TRANSITIONS: dict[HostState, frozenset[HostState]] = {
     # Its nova-compute reports up again; or the host fails as a whole
     # (its own heartbeat stops too) and is recovered like any other.
     S.SERVICE_DOWN: frozenset({S.HEALTHY, S.SUSPECT}),
+    # Back, or not back in time: enabled again, judged like any host
+    # (a failure from then on).
+    S.FROZEN: frozenset({S.HEALTHY}),
+    S.DRAINING: frozenset({S.FROZEN, S.HEALTHY}),
 }
 
 

@@ -16,11 +16,21 @@ It signs one packet per interval (see :mod:`protocol`) and sends the same
 packet to every collector. It keeps no state on disk: each start picks a
 new boot id. Sending never blocks on a collector and a failing collector
 never stops the others.
+
+When it is stopped because the machine shuts down, it announces that
+(:meth:`Agent.announce`): a reboot or a power-off, found in systemd's
+job list (:func:`shutdown_kind`). Its unit is ordered after the network,
+nova-compute and libvirt, so systemd stops it before any of them: while
+it waits for an answer (and, under the migrate policy, for the host's
+instances to be live-migrated away) everything they need still runs.
 """
 
 from collections.abc import Callable, Iterable
 import logging
+import select
+import shlex
 import socket
+import subprocess
 import threading
 import time
 
@@ -32,6 +42,45 @@ LOG = logging.getLogger(__name__)
 DEFAULT_PORT = 7411
 #: Collector names are resolved again this often (DNS may change).
 _RESOLVE_EVERY = 300.0
+#: An unanswered announcement is sent again this often.
+ANNOUNCE_REPEAT = 1.0
+#: What lists systemd's queued jobs; a shutdown queues one of these.
+JOBS_COMMAND = 'systemctl list-jobs --no-legend --plain'
+_SHUTDOWN_TARGETS = {'reboot.target': protocol.REBOOT,
+                     'kexec.target': protocol.REBOOT,
+                     'soft-reboot.target': protocol.REBOOT,
+                     'poweroff.target': protocol.POWEROFF,
+                     'halt.target': protocol.POWEROFF}
+
+
+def shutdown_kind(command: str = JOBS_COMMAND,
+                  timeout: float = 5.0) -> str | None:
+    """REBOOT, POWEROFF or None (not shutting down), from systemd's jobs.
+
+    While the machine goes down, systemd has a start job queued for
+    ``reboot.target`` (or ``kexec.target``) or ``poweroff.target`` (or
+    ``halt.target``); a plain ``systemctl stop`` or ``restart`` of the
+    agent has none. ``command`` prints the job list, one job per line with
+    the unit in its second column. A command that fails says nothing.
+    """
+    try:
+        out = subprocess.run(shlex.split(command), capture_output=True,
+                             text=True, timeout=timeout, check=False).stdout
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        LOG.warning('cannot tell whether the machine shuts down (%s: %s); '
+                    'announcing nothing', command, exc)
+        return None
+    kinds = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == 'start':
+            kind = _SHUTDOWN_TARGETS.get(fields[1])
+            if kind:
+                kinds.add(kind)
+    # A reboot and a power-off both queued (should not happen): the
+    # host will not come back by itself, so say power-off.
+    return protocol.POWEROFF if protocol.POWEROFF in kinds else (
+        protocol.REBOOT if kinds else None)
 
 
 def parse_endpoint(text: str, default_port: int) -> tuple[str, int]:
@@ -114,19 +163,22 @@ class Agent:
             self._last_error[target] = message
             LOG.warning('heartbeat to %s: %s', target, message)
 
-    def packet(self) -> bytes:
-        """The next packet (advances the sequence)."""
+    def packet(self, kind: str | None = None) -> bytes:
+        """The next packet (advances the sequence).
+
+        :param kind: REBOOT or POWEROFF: a shutdown announcement.
+        """
         self.keyring.reload()
         self.sequence += 1
         return protocol.encode(self.host, self.boot_id, self.sequence,
-                               self._wall(), self.keyring.keys[0])
+                               self._wall(), self.keyring.keys[0], kind=kind)
 
-    def beat(self) -> bytes:
+    def beat(self, kind: str | None = None) -> bytes:
         """Send one heartbeat to every collector; return the packet."""
         if (self._resolved_at is None or not self._targets
                 or time.monotonic() - self._resolved_at > _RESOLVE_EVERY):
             self._resolve()
-        data = self.packet()
+        data = self.packet(kind)
         for family, sockaddr in self._targets:
             target = '[%s]:%d' % sockaddr[:2]
             try:
@@ -160,6 +212,87 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _replies(self, sent: set[int], wait: float) -> list[str]:
+        """Answers to the announcements ``sent`` arriving within ``wait``.
+
+        Only a reply signed with this host's key, for this boot id and
+        one of the sequences sent, counts.
+        """
+        socks = list(self._sockets.values())
+        if not socks:
+            time.sleep(max(0.0, wait))
+            return []
+        ready, _, _ = select.select(socks, [], [], max(0.0, wait))
+        answers = []
+        for sock in ready:
+            while True:
+                try:
+                    data, sender = sock.recvfrom(protocol.MAX_PACKET + 1)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    break
+                try:
+                    rep = protocol.decode(data, self.keyring.keys,
+                                          replies=True)
+                except protocol.Rejected as exc:
+                    LOG.warning('ignored a reply from %s: %s', sender[0],
+                                exc)
+                    continue
+                if (rep.host != self.host or rep.boot_id != self.boot_id
+                        or rep.sequence not in sent):
+                    LOG.warning('ignored a reply from %s: it answers '
+                                'another announcement', sender[0])
+                    continue
+                answers.append(rep.reply)
+        return answers
+
+    def announce(self, kind: str, answer_timeout: float = 10.0,
+                 drain_timeout: float = 300.0) -> str | None:
+        """Tell the collectors this host is going down; wait for an answer.
+
+        Sent again every second until the leading instanceha copy
+        answers: ``noted`` (go on), or ``draining`` (the migrate policy:
+        the host's instances are being live-migrated away; keep asking
+        until ``drained``, at most ``drain_timeout`` seconds). Without an
+        answer within ``answer_timeout`` seconds the shutdown goes on and
+        instanceha judges the silent host by its own rules.
+
+        :returns: the last answer (None: nobody answered).
+        """
+        start = time.monotonic()
+        deadline = start + answer_timeout
+        sent: set[int] = set()
+        status = None
+        LOG.info('announcing a %s of host %s to %s', kind, self.host,
+                 ', '.join('%s:%d' % c for c in self.collectors))
+        while True:
+            self.beat(kind)
+            sent.add(self.sequence)
+            answers = self._replies(sent, ANNOUNCE_REPEAT)
+            for answer in answers:
+                if answer != status:
+                    LOG.info('instanceha answered the %s announcement: '
+                             '%s', kind, answer)
+                status = answer
+            now = time.monotonic()
+            if protocol.DRAINED in answers or (
+                    status == protocol.NOTED):
+                break
+            if status == protocol.DRAINING:
+                if now - start >= drain_timeout:
+                    LOG.warning('instances still being migrated away after '
+                                '%d s (--drain-timeout): shutting down '
+                                'anyway', drain_timeout)
+                    break
+            elif now >= deadline:
+                LOG.warning('no instanceha copy answered the %s '
+                            'announcement within %d s: shutting down '
+                            'anyway', kind, answer_timeout)
+                break
+        self.close()
+        return status
 
     def close(self) -> None:
         for sock in self._sockets.values():

@@ -22,6 +22,7 @@ bounded rate; nothing a sender does can stop the thread.
 from collections.abc import Callable, Iterable
 import dataclasses
 import datetime
+import functools
 import ipaddress
 import logging
 import selectors
@@ -30,6 +31,7 @@ import threading
 import time
 
 from instanceha.engine import ports
+from instanceha.engine import shutdown
 from instanceha.heartbeat import kdump
 from instanceha.heartbeat import keys as keys_mod
 from instanceha.heartbeat import protocol
@@ -111,13 +113,18 @@ class UdpListener:
     :param handle: called with (datagram, sender address) for each one.
     :param housekeeping: called about every ``housekeeping_interval``
         seconds in the same thread (key reloads).
+    :param replies: ``handle`` also gets a third argument, a function
+        sending a datagram back to the sender from the socket it came in
+        on (answers to shutdown announcements).
     """
 
     def __init__(self, name: str, endpoints: Iterable[tuple[str, int]],
-                 handle: Callable[[bytes, str], None], bufsize: int,
+                 handle: Callable[..., None], bufsize: int,
                  housekeeping: Callable[[], None] | None = None,
-                 housekeeping_interval: float = 5.0):
+                 housekeeping_interval: float = 5.0,
+                 replies: bool = False):
         self.name = name
+        self._replies = replies
         self.endpoints = list(endpoints)
         self._handle = handle
         self._bufsize = bufsize
@@ -240,7 +247,17 @@ class UdpListener:
                 # e.g. ICMP errors surfacing on the socket; keep going.
                 self.errors.reject('socket_error', self.name, str(exc))
                 return
-            self._guarded(self._handle, data, sender[0])
+            if self._replies:
+                self._guarded(self._handle, data, sender[0],
+                              functools.partial(self._send, sock, sender))
+            else:
+                self._guarded(self._handle, data, sender[0])
+
+    def _send(self, sock: socket.socket, to, data: bytes) -> None:
+        try:
+            sock.sendto(data, to)
+        except OSError as exc:
+            self.errors.reject('reply_error', self.name, str(exc))
 
     def _guarded(self, fn, *args) -> None:
         try:
@@ -308,9 +325,16 @@ class HeartbeatListener:
         self.rejects = RejectLog('heartbeat listener', log_interval, clock,
                                  quiet=[protocol.DUPLICATE])
         self.started_at: float | None = None
+        self._announced: dict[str, shutdown.Announcement] = {}
+        #: Shutdown announcements accepted, by kind (not their repeats).
+        self.announcements: dict[str, int] = {}
+        #: Decides the reply to an announcement (the shutdown policy's
+        #: handler, only on the leading copy); None: no reply.
+        self.responder: Callable[[shutdown.Announcement],
+                                 str | None] | None = None
         self.udp = UdpListener('heartbeat-listener', endpoints, self.handle,
                                protocol.MAX_PACKET + 1,
-                               housekeeping=self._reload_keys)
+                               housekeeping=self._reload_keys, replies=True)
 
     def start(self) -> None:
         self.udp.start()
@@ -358,8 +382,15 @@ class HeartbeatListener:
         """Accept heartbeats only from these names (None: from any)."""
         self._known = None if hosts is None else frozenset(hosts)
 
-    def handle(self, data: bytes, sender: str) -> HostRecord | None:
-        """Check one datagram; record and return it if valid."""
+    def handle(self, data: bytes, sender: str,
+               reply: Callable[[bytes], None] | None = None
+               ) -> HostRecord | None:
+        """Check one datagram; record and return it if valid.
+
+        :param reply: sends a datagram back to the sender; a shutdown
+            announcement is answered through it when :attr:`responder`
+            says what to answer.
+        """
         try:
             hb = protocol.decode(data, self._keys)
             known = self._known
@@ -385,7 +416,55 @@ class HeartbeatListener:
         self.accepted += 1
         if hb.key_index:
             self.accepted_previous_key += 1
+        if hb.kind is not None:
+            self._announce(hb, record, sender, reply)
         return record
+
+    def _announce(self, hb: protocol.Heartbeat, record: HostRecord,
+                  sender: str, reply: Callable[[bytes], None] | None
+                  ) -> None:
+        """Remember a shutdown announcement; answer it if told what to."""
+        with self._lock:
+            old = self._announced.get(hb.host)
+            if old is not None and (old.boot_id, old.kind) == (
+                    hb.boot_id, hb.kind):
+                ann = dataclasses.replace(old, last=record.received)
+            else:
+                ann = shutdown.Announcement(
+                    host=hb.host, kind=hb.kind, boot_id=hb.boot_id,
+                    first=record.received, last=record.received)
+                LOG.info('host %s (%s) announced a %s', hb.host, sender,
+                         hb.kind)
+                self.announcements[hb.kind] = (
+                    self.announcements.get(hb.kind, 0) + 1)
+            self._announced[hb.host] = ann
+        responder = self.responder
+        answer = responder(ann) if responder is not None else None
+        if answer is None or reply is None:
+            return
+        keys = self._keys(hb.host) if callable(self._keys) else self._keys
+        reply(protocol.encode(hb.host, hb.boot_id, hb.sequence, self._wall(),
+                              keys[hb.key_index], reply=answer))
+
+    def announcement(self, host: str) -> shutdown.Announcement | None:
+        """The host's latest shutdown announcement, None if none."""
+        return self._announced.get(host)
+
+    def announced(self) -> dict[str, shutdown.Announcement]:
+        """Every host's latest shutdown announcement."""
+        with self._lock:
+            return dict(self._announced)
+
+    def returned(self, host: str) -> bool:
+        """A heartbeat from a later agent run than the announcement's."""
+        ann = self._announced.get(host)
+        rec = self._table.get(host)
+        return bool(ann and rec and rec.boot_id != ann.boot_id
+                    and rec.received > ann.last)
+
+    def forget_announcement(self, host: str) -> None:
+        with self._lock:
+            self._announced.pop(host, None)
 
     def _check_replay(self, hb: protocol.Heartbeat,
                       sender: str) -> HostRecord:
@@ -423,11 +502,14 @@ class HeartbeatListener:
         return None if rec is None else self._clock() - rec.received
 
     def stats(self) -> dict:
-        return {'accepted': self.accepted,
-                'accepted_previous_key': self.accepted_previous_key,
-                'rejected': dict(self.rejects.counts),
-                'errors': dict(self.udp.errors.counts),
-                'hosts': len(self._table)}
+        stats = {'accepted': self.accepted,
+                 'accepted_previous_key': self.accepted_previous_key,
+                 'rejected': dict(self.rejects.counts),
+                 'errors': dict(self.udp.errors.counts),
+                 'hosts': len(self._table)}
+        if self.announcements:
+            stats['announcements'] = dict(self.announcements)
+        return stats
 
 
 @dataclasses.dataclass(frozen=True)

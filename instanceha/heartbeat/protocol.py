@@ -17,7 +17,8 @@ One UDP datagram per heartbeat, all integers big-endian::
     offset  size  field
          0     4  magic       b'IHHB'
          4     1  version     1
-         5     1  flags       0 (reserved; anything else is malformed)
+         5     1  flags       0 heartbeat; 1 reboot, 2 power-off announced;
+                              0x81..0x83 a reply (below); else malformed
          6     2  name_len    length of the host name, 1..255
          8    16  boot_id     random, chosen when the agent starts
         24     8  sequence    1, 2, 3, ... within one boot_id
@@ -41,6 +42,22 @@ What a captured packet can do: nothing once the listener has seen a newer
 packet from that host. A listener that has just started knows no
 sequences, so a packet captured less than ``max_clock_skew`` seconds ago
 could be accepted once; timestamps bound that window.
+
+Shutdown announcements: a heartbeat whose flags say ``reboot`` (1) or
+``power-off`` (2) announces a clean shutdown; the agent sends it from its
+systemd stop path, as the next sequence of its boot id, and repeats it
+(new sequences) until it is answered or gives up. It is signed and
+checked for freshness and replay exactly like a heartbeat.
+
+Replies (flags ``0x80 | status``) go the other way, from the leading
+service copy to the address the announcement came from: ``noted`` (1,
+the agent may go on), ``draining`` (2, migrate: wait, ask again) and
+``drained`` (3, migrate done: go on). A reply carries the host name, the
+announcement's boot id and sequence (so an old reply cannot answer a new
+announcement), the service's clock, and the HMAC of the host's key. The
+listener never accepts a reply and the agent never accepts a heartbeat,
+so neither can be reflected at the other. A listener of an older version
+rejects an announcement as malformed: the host then simply looks failed.
 
 Key rotation: the listener holds a current and an optional previous key
 and accepts either; agents switch to the new key at their own pace, then
@@ -80,8 +97,27 @@ REPLAY = 'replay'
 #: reached on two addresses gets each packet twice. Rejected like a
 #: replay but harmless (nothing changes), so it is logged at debug level.
 DUPLICATE = 'duplicate'
+#: A reply (service to agent) sent to the listener, or a reply that does
+#: not answer the agent's own announcement.
+UNEXPECTED = 'unexpected'
 REASONS = (TRUNCATED, OVERSIZED, BAD_MAGIC, BAD_VERSION, MALFORMED,
-           BAD_HMAC, UNKNOWN_HOST, STALE, FUTURE, REPLAY, DUPLICATE)
+           BAD_HMAC, UNKNOWN_HOST, STALE, FUTURE, REPLAY, DUPLICATE,
+           UNEXPECTED)
+
+#: Announcement kinds by flags value (0: a plain heartbeat).
+REBOOT = 'reboot'
+POWEROFF = 'poweroff'
+_KIND_FLAGS = {REBOOT: 1, POWEROFF: 2}
+_FLAG_KINDS = {v: k for k, v in _KIND_FLAGS.items()}
+#: Reply statuses, by flags value without REPLY_FLAG.
+REPLY_FLAG = 0x80
+NOTED = 'noted'
+DRAINING = 'draining'
+DRAINED = 'drained'
+_REPLY_FLAGS = {NOTED: 1, DRAINING: 2, DRAINED: 3}
+_FLAG_REPLIES = {v: k for k, v in _REPLY_FLAGS.items()}
+_VALID_FLAGS = frozenset({0, *_FLAG_KINDS,
+                          *(REPLY_FLAG | v for v in _FLAG_REPLIES)})
 
 
 class Rejected(Exception):
@@ -104,6 +140,10 @@ class Heartbeat:
     timestamp: float
     #: Index of the key that verified it: 0 current, 1 previous.
     key_index: int = 0
+    #: REBOOT or POWEROFF for a shutdown announcement, None otherwise.
+    kind: str | None = None
+    #: For a reply only: NOTED, DRAINING or DRAINED.
+    reply: str | None = None
 
 
 def new_boot_id() -> bytes:
@@ -127,18 +167,31 @@ def check_host_name(host: str) -> bytes:
 
 
 def encode(host: str, boot_id: bytes, sequence: int, timestamp: float,
-           key: bytes) -> bytes:
+           key: bytes, kind: str | None = None,
+           reply: str | None = None) -> bytes:
     """Build and sign one heartbeat packet.
 
-    :raises ValueError: for a host name, boot id or sequence the format
-        cannot carry.
+    :param kind: REBOOT or POWEROFF for a shutdown announcement.
+    :param reply: NOTED, DRAINING or DRAINED for the service's reply to
+        an announcement (``boot_id`` and ``sequence`` are the
+        announcement's).
+    :raises ValueError: for a host name, boot id, sequence, kind or reply
+        the format cannot carry.
     """
+    if kind is not None and kind not in _KIND_FLAGS:
+        raise ValueError('announcement kind %r: one of %s expected'
+                         % (kind, ', '.join(_KIND_FLAGS)))
+    if reply is not None and reply not in _REPLY_FLAGS:
+        raise ValueError('reply %r: one of %s expected'
+                         % (reply, ', '.join(_REPLY_FLAGS)))
+    flags = (REPLY_FLAG | _REPLY_FLAGS[reply] if reply
+             else _KIND_FLAGS.get(kind, 0))
     name = check_host_name(host)
     if len(boot_id) != BOOT_ID_SIZE:
         raise ValueError('boot id must be %d bytes' % BOOT_ID_SIZE)
     if not 0 < sequence < 2 ** 64:
         raise ValueError('sequence %r out of range' % sequence)
-    body = HEADER.pack(MAGIC, VERSION, 0, len(name), boot_id, sequence,
+    body = HEADER.pack(MAGIC, VERSION, flags, len(name), boot_id, sequence,
                        int(timestamp * 1000)) + name
     return body + hmac.new(key, body, hashlib.sha256).digest()
 
@@ -155,8 +208,12 @@ def _host_name(data: bytes) -> str:
 
 
 def decode(data: bytes, keys: tuple[bytes, ...] | Callable[
-        [str], tuple[bytes, ...]]) -> Heartbeat:
+        [str], tuple[bytes, ...]], *, replies: bool = False) -> Heartbeat:
     """Check a packet's shape and MAC and return its content.
+
+    :param replies: what the caller takes: False (the listener)
+        heartbeats and announcements, True (the agent) replies only; the
+        other kind is rejected as UNEXPECTED, after its MAC was checked.
 
     Cheap checks come first so garbage costs no HMAC; the name is decoded
     only once the MAC proved the sender holds a key.
@@ -186,7 +243,7 @@ def decode(data: bytes, keys: tuple[bytes, ...] | Callable[
     if size > expected:
         raise Rejected(OVERSIZED, '%d bytes, name length says %d'
                        % (size, expected))
-    if flags or not name_len:
+    if flags not in _VALID_FLAGS or not name_len:
         raise Rejected(MALFORMED, 'flags %d, name length %d'
                        % (flags, name_len))
     body = memoryview(data)[:-MAC_SIZE]
@@ -207,5 +264,12 @@ def decode(data: bytes, keys: tuple[bytes, ...] | Callable[
         host = _host_name(data)
     if not seq:
         raise Rejected(MALFORMED, 'sequence 0')
+    if bool(flags & REPLY_FLAG) != replies:
+        raise Rejected(UNEXPECTED, 'a %s where %s are expected' % (
+            'reply' if flags & REPLY_FLAG else 'heartbeat',
+            'replies' if replies else 'heartbeats'))
     return Heartbeat(host=host, boot_id=bytes(boot_id), sequence=seq,
-                     timestamp=ts_ms / 1000.0, key_index=index)
+                     timestamp=ts_ms / 1000.0, key_index=index,
+                     kind=_FLAG_KINDS.get(flags),
+                     reply=_FLAG_REPLIES.get(flags & ~REPLY_FLAG)
+                     if flags & REPLY_FLAG else None)

@@ -42,6 +42,8 @@ from instanceha import maintenance
 from instanceha import manual_fencing
 from instanceha.plugins import loader
 from instanceha import reloading
+from instanceha import shutdown as sim_shutdown
+from instanceha.sim import announce as sim_announce
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import coordinator as sim_coord
 from instanceha.sim import events as sim_events
@@ -134,6 +136,8 @@ class Copy:
     cycled: bool = False
     #: SIGHUP's reloader of this copy (the ``reload`` timeline command).
     reloader: object = None
+    #: The shutdown policy's handler (with the heartbeat detector).
+    shutdown: object = None
 
     def new_cycle(self) -> None:
         self.blocked.clear()
@@ -285,7 +289,8 @@ class Simulation:
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
             executor=copy.executor, kdump=kdump, listeners=listeners,
-            pause=self.pause_store)
+            pause=self.pause_store,
+            announcements=sim_shutdown.find_detector(drivers))
         self.world.actor = name
         factory = self._engine_factory or engine_class()
         try:
@@ -296,6 +301,11 @@ class Simulation:
         copy.conf = conf
         copy.reloader = reloading.Reloader(
             conf, parts=[env.fencer, *drivers.all()], events=env.events)
+        copy.shutdown = None
+        if env.announcements is not None and hasattr(copy.engine, 'env'):
+            copy.shutdown = sim_shutdown.ShutdownHandler(
+                conf, copy.engine, env.announcements,
+                run_all=maintenance.serial_map)
         copy.interval = float(self.scenario.settings.get(
             'tick', conf.tick_interval))
         copy.next_tick = self.clock.world_t
@@ -351,6 +361,8 @@ class Simulation:
         calls = self.cloud.api_calls
         wall, cpu = _time.perf_counter(), _time.process_time()
         copy.engine.tick()
+        if copy.shutdown is not None:
+            copy.shutdown.step()
         if copy.cycled:
             self.tick_stats.append((_time.perf_counter() - wall,
                                     _time.process_time() - cpu,
@@ -405,6 +417,19 @@ class Simulation:
         elif name == 'crash':
             need(1)
             w.crash(host)
+        elif name == 'announce':
+            need(2)
+            if a[1] not in ('reboot', 'poweroff') or a[2:] not in (
+                    (), ('hang',)):
+                raise sim_world.ScenarioError(
+                    '%s: expected %s' % (where, sim_scenario.COMMANDS[
+                        'announce'][0]))
+            details['kind'] = a[1]
+            if a[2:]:
+                details['hang'] = True
+            self.log.record('timeline', name, host, **details)
+            sim_announce.announce(w, host, a[1], hang=bool(a[2:]))
+            return
         elif name == 'kdump':
             need(1)
             details['seconds'] = float(a[1]) if len(a) > 1 else 120.0

@@ -47,6 +47,13 @@ COMMANDS = {
     'power-off': ('HOST', 'the host loses power (not a fence)'),
     'power-on': ('HOST', 'the host gets power back and boots'),
     'crash': ('HOST', 'kernel panic: powered on, nothing runs'),
+    'announce': ('HOST reboot|poweroff [hang]',
+                 'a clean reboot or power-off of the host: its heartbeat '
+                 'agent announces it (and waits for the answer, under the '
+                 'migrate policy until the instances are moved away), then '
+                 'nova-compute and the guests stop and the host reboots or '
+                 'powers off; hang: the shutdown never completes (powered '
+                 'on, nothing runs)'),
     'kdump': ('HOST [SECONDS]', 'crash into kdump; messages for SECONDS '
               '(default 120), then reboot'),
     'cut-network': ('HOST', 'cut the host\'s control-plane network'),

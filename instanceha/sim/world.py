@@ -118,6 +118,9 @@ class Timing:
     power_sync_time: float = 2.0
     #: A start (os-start) takes this long to run the guest.
     start_time: float = 5.0
+    #: A clean shutdown: from the end of the agent's stop to power-off
+    #: (or to the start of the reboot).
+    shutdown_time: float = 10.0
 
 
 @dataclasses.dataclass
@@ -154,6 +157,12 @@ class Host:
     #: When the current failure episode began (for "evacuated twice").
     episode: int = 0
     boot_token: int = 0
+    #: The heartbeat agent runs (False once stopped by a clean shutdown,
+    #: until the next boot); each start is a new agent run (boot id).
+    agent_running: bool = True
+    agent_boot: int = 0
+    #: The agent's latest shutdown announcement (instanceha.sim.announce).
+    announcement: object | None = None
 
     @property
     def powered(self) -> bool:
@@ -279,6 +288,9 @@ class World:
         self.instance_actions: dict[str, list] = {}
         #: server id -> its guest's crash loop (see instanceha.sim.guests).
         self.crash_loops: dict[str, object] = {}
+        #: The copies' heartbeat listeners: what an agent announcing its
+        #: shutdown hears back (see instanceha.sim.announce).
+        self.heartbeat_listeners: list = []
 
     # --- scheduling world events -------------------------------------
 
@@ -355,7 +367,7 @@ class World:
             self._stop_heartbeat(h)
         elif h.hb_since is None:
             h.hb_since = self.clock.t
-        if not h.agent_alive:
+        if not (h.agent_alive and h.agent_running):
             if h.agent_since is not None:
                 h.agent_last = self.agent_last(h)
                 h.agent_since = None
@@ -394,6 +406,9 @@ class World:
             return
         h.os_running = True
         h.compute_running = True
+        # A new boot starts a new agent run (a new boot id).
+        h.agent_running = True
+        h.agent_boot += 1
         h.episode += 1
         if h.name in self.deleted_services:
             # A starting nova-compute registers a new service record.
@@ -1154,12 +1169,52 @@ class SimHeartbeatListener:
         self.started_at = world.clock.monotonic()
         #: The listener's socket side, always up in the simulation.
         self.udp = types.SimpleNamespace(running=True)
+        #: As HeartbeatListener.responder (set by the shutdown handler).
+        self.responder = None
+        #: host -> agent run of the announcement this copy forgot.
+        self._forgotten: dict[str, int] = {}
+        world.heartbeat_listeners.append(self)
 
     def start(self) -> None:
         pass
 
     def stats(self) -> dict:
         return {}
+
+    # -- shutdown announcements (instanceha.sim.announce) ---------------
+
+    def _heard(self, host: str):
+        h = self.world.hosts.get(host)
+        ann = h.announcement if h is not None else None
+        if (ann is None or ann.last < self.started_at
+                or self._forgotten.get(host) == ann.boot):
+            return None
+        return ann
+
+    def announcement(self, host: str):
+        from instanceha.sim import announce
+        ann = self._heard(host)
+        return announce.as_announcement(host, ann) if ann else None
+
+    def announced(self) -> dict:
+        return {h: a for h in sorted(self.world.hosts)
+                for a in [self.announcement(h)] if a is not None}
+
+    def returned(self, host: str) -> bool:
+        from instanceha.sim import announce
+        return self._heard(host) is not None and announce.returned(
+            self.world, host)
+
+    def forget_announcement(self, host: str) -> None:
+        ann = self._heard(host)
+        if ann is not None:
+            self._forgotten[host] = ann.boot
+
+    def answer(self, host: str) -> str | None:
+        """What this copy answers the host's agent (None: nothing)."""
+        ann = self.announcement(host)
+        responder = self.responder
+        return responder(ann) if ann and responder else None
 
     def now(self) -> float:
         return self.world.clock.monotonic()
@@ -1178,7 +1233,8 @@ class SimHeartbeatListener:
         return None
 
     def stop(self) -> None:
-        pass
+        if self in self.world.heartbeat_listeners:
+            self.world.heartbeat_listeners.remove(self)
 
 
 class SimKdumpWatch(ports.KdumpWatch):

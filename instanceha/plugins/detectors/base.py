@@ -45,6 +45,10 @@ class Evidence:
     #: detector). A disagreement is a partition (isolated) only when it is
     #: the control plane that says failed; the reverse is disputed.
     control_plane: bool = False
+    #: FAILED because the host itself announced it is going off (the
+    #: failover shutdown policy): decisive even while Nova still sees the
+    #: host up, since fencing will prove it off by reading its devices.
+    announced: bool = False
 
 
 class Detector(base.Driver):

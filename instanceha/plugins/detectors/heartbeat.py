@@ -43,6 +43,19 @@ detector); under combine = all it holds the host UNKNOWN, so "dead"
 needs both witnesses and nothing acts while either cannot tell. all is
 the recommended mode with this detector. The warm-up holds in every mode.
 
+Shutdown announcements (see :mod:`instanceha.engine.shutdown`): a host
+whose agent announced a clean reboot or power-off, and that has not
+heartbeated from a new boot since, is judged by its shutdown policy
+before anything else:
+
+* freeze or migrate: HOLD (frozen) while it has been silent for at most
+  ``[shutdown] return_timeout`` seconds, FAILED after that;
+* failover: FAILED at once, marked ``announced`` (decisive over Nova,
+  which still sees it up); the fencing port proves it off by reading.
+
+Announced hosts going silent are expected: they never count towards a
+mass loss. This detector is also the engine's announcement source.
+
 Each call of :meth:`detect` is one cycle (the hold counts calls).
 """
 
@@ -50,6 +63,7 @@ import datetime
 import logging
 
 from instanceha.engine import model
+from instanceha.engine import shutdown
 from instanceha import exceptions
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import listener as listener_mod
@@ -199,6 +213,28 @@ class HeartbeatDetector(base.Detector):
                 out.add(svc.host)
         return frozenset(out)
 
+    # -- the engine's announcement source -------------------------------
+
+    def announcement(self, host: str) -> shutdown.Announcement | None:
+        lst = self.listener
+        return lst.announcement(host) if lst is not None else None
+
+    def returned(self, host: str) -> bool:
+        lst = self.listener
+        return bool(lst is not None and lst.returned(host))
+
+    def now(self) -> float:
+        return self.listener.now()
+
+    @property
+    def poweroff_grace(self) -> float:
+        return float(self.conf.shutdown.poweroff_grace)
+
+    def _pending(self, host: str) -> shutdown.Announcement | None:
+        """The host's announcement, unless it has come back since."""
+        ann = self.announcement(host)
+        return None if ann is None or self.returned(host) else ann
+
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
         lst = self.listener
@@ -221,10 +257,18 @@ class HeartbeatDetector(base.Detector):
             self._first_seen.setdefault(host, mono)
             ages[host] = lst.age(host)
         fresh = {h for h, a in ages.items() if a is not None and a <= timeout}
-        self._update_hold(fresh, set(hosts))
+        announced = {h: a for h in hosts
+                     for a in [self._pending(h)] if a is not None}
+        # A host that announced its shutdown is expected to go silent.
+        self._update_hold(fresh - set(announced),
+                          set(hosts) - set(announced))
         result = {}
         nova_now = snapshot.nova_now(now)
         for host in hosts:
+            if host in announced:
+                result[host] = self._judge_announced(
+                    snapshot, announced[host], mono)
+                continue
             result[host] = self._judge(snapshot.service(host), ages[host],
                                        timeout, mono, nova_now)
         self._prev_fresh = fresh
@@ -262,6 +306,28 @@ class HeartbeatDetector(base.Detector):
                       'unknown for %d cycle(s): %s', len(lost), previous,
                       len(lost) * 100 // previous, self._hold_left,
                       ', '.join(sorted(lost)))
+
+    def _judge_announced(self, snapshot: model.Snapshot,
+                         ann: shutdown.Announcement,
+                         mono: float) -> base.Evidence:
+        """The shutdown policy's verdict on a host that announced one."""
+        host = ann.host
+        policy, source = shutdown.policy_of(self.conf, snapshot, host)
+        action = shutdown.effective(policy, ann.kind)
+        silent = max(0.0, mono - ann.last)
+        said = 'heartbeat: announced a %s %ds ago; shutdown policy %s (%s)' % (
+            ann.kind, silent, policy, source)
+        if action == shutdown.FAILOVER:
+            return base.Evidence(host, V.FAILED, said + ': failover, '
+                                 'recovered elsewhere at once once its '
+                                 'devices prove it off', announced=True)
+        limit = self.conf.shutdown.return_timeout
+        if silent <= limit:
+            return base.Evidence(host, V.HOLD, said + ': frozen, expected '
+                                 'back within %ds' % limit)
+        return base.Evidence(host, V.FAILED, said + ': not back within '
+                             '[shutdown] return_timeout (%ds), failed'
+                             % limit)
 
     def _judge(self, service: model.Service | None, age: float | None,
                timeout: int, mono: float,

@@ -351,7 +351,7 @@ class Topology(ports.Fencer):
             if all(st == 'off' for st in states):
                 return ports.PowerReading(
                     host=host, off=True, detail='level %d reports off: %s'
-                    % (index, ', '.join(said[-len(devices):])))
+                    % (index, ', '.join(said[-len(devices):])), level=index)
             seen_on = seen_on or all(st == 'on' for st in states)
         return ports.PowerReading(host=host, off=False, on=seen_on,
                                   detail=', '.join(said))

@@ -13,6 +13,7 @@
 """Hosts an operator disabled are out of scope (R3)."""
 
 from instanceha.engine import model
+from instanceha.engine import shutdown
 from instanceha.engine import states
 from instanceha.plugins.filters import base
 
@@ -22,7 +23,9 @@ class EnabledFilter(base.Filter):
 
     A service disabled by instanceha itself carries our marker in
     disabled_reason: that host is in recovery, not in maintenance,
-    and is kept (the plan shows it recovering).
+    and is kept (the plan shows it recovering). One frozen by its
+    announced shutdown (instanceha.engine.shutdown) is left out too: it
+    is expected back.
     """
 
     description = 'ignore hosts whose nova-compute an operator disabled'
@@ -35,6 +38,10 @@ class EnabledFilter(base.Filter):
             return None
         if states.parse_marker(svc.disabled_reason):
             return None
+        frozen = shutdown.Frozen.parse(svc.disabled_reason)
+        if frozen is not None:
+            return ('frozen by its announced %s until %s (shutdown policy)'
+                    % (frozen.kind, frozen.until.isoformat()))
         if svc.disabled_reason:
             return 'disabled by an operator (reason: %s)' % (
                 svc.disabled_reason,)

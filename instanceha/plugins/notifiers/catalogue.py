@@ -75,6 +75,8 @@ HOST_STATES = {
     'failed': ('instanceha.host.recovery.error', base.ERROR),
     'left_disabled': ('instanceha.host.left_disabled', base.INFO),
     'service_down': ('instanceha.host.process.failed', base.WARN),
+    'frozen': ('instanceha.host.shutdown.frozen', base.INFO),
+    'draining': ('instanceha.host.shutdown.draining', base.INFO),
 }
 #: A host found healthy again before it was fenced: no recovery happened.
 CANCELLED = ('instanceha.host.recovery.cancelled', base.INFO)
@@ -95,6 +97,14 @@ EVENTS: dict[str, tuple[str, str, Schema]] = {
     ev.UP_OVERDUE: ('instanceha.host.up.overdue', base.WARN, HOST),
     ev.STEP_ERROR: ('instanceha.host.step.error', base.WARN, HOST),
     ev.POWER_UNPROVEN: ('instanceha.host.power.unproven', base.WARN, HOST),
+    ev.SHUTDOWN_ANNOUNCED: ('instanceha.host.shutdown.announced', base.INFO,
+                            HOST),
+    ev.SHUTDOWN_DRAINED: ('instanceha.host.shutdown.drained', base.INFO,
+                          HOST),
+    ev.SHUTDOWN_RETURNED: ('instanceha.host.shutdown.returned', base.INFO,
+                           HOST),
+    ev.SHUTDOWN_OVERDUE: ('instanceha.host.shutdown.overdue', base.WARN,
+                          HOST),
     ev.EVACUATE_REQUESTED: ('instanceha.instance.evacuate.start',
                             base.INFO, INSTANCE),
     ev.EVACUATE_DONE: ('instanceha.instance.evacuate.end', base.INFO,

@@ -1,0 +1,420 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The shutdown policy's side effects: freeze, migrate, and the return.
+
+The decisions are in :mod:`instanceha.engine.shutdown` and in the
+heartbeat detector (a frozen host is held, a failover host is failed at
+once); failover then is the engine's ordinary recovery, with the fencing
+port reading the host off instead of power-cycling it. What is left is
+done here, after every tick of the engine, by the leading copy only and
+through the engine's guarded ports:
+
+* freeze: the host's compute service is disabled with a reason of its own
+  (:class:`~instanceha.engine.shutdown.Frozen`: durable in Nova, shown by
+  ``instanceha-manage hosts list``; the ``enabled`` filter keeps the host
+  out of scope, so nothing fences it even after a restart of this
+  service);
+* migrate: the host goes into maintenance (:mod:`instanceha.maintenance`)
+  and its instances are live-migrated away while the host's agent waits
+  for the answer ``drained``;
+* the host returns (a heartbeat from its next boot and Nova reports it up):
+  it is enabled again; it does not return within ``[shutdown]
+  return_timeout``: it is enabled and from then on judged like any host,
+  i.e. failed, fenced and evacuated.
+
+An operator's reason wins: a host disabled by someone else is never
+disabled or enabled here.
+"""
+
+from collections.abc import Callable
+import concurrent.futures
+import dataclasses
+import datetime
+import logging
+
+from instanceha.engine import events
+from instanceha.engine import model
+from instanceha.engine import shutdown
+from instanceha.engine import states
+from instanceha.heartbeat import protocol
+from instanceha import maintenance
+
+LOG = logging.getLogger(__name__)
+
+S = states.HostState
+
+#: How the maintenance reason of a host drained by the migrate policy
+#: starts (its note): only such a maintenance is ended here.
+DRAIN_NOTE = 'shutdown policy migrate:'
+
+
+def drained_by_us(service: model.Service | None) -> bool:
+    parsed = maintenance.parse_reason(
+        service.disabled_reason if service is not None and service.disabled
+        else None)
+    return bool(parsed and parsed[1].startswith(DRAIN_NOTE))
+
+
+@dataclasses.dataclass
+class _Host:
+    """What this copy does about one announced host."""
+
+    ann: shutdown.Announcement
+    policy: str
+    source: str
+    action: str
+    state: S = S.HEALTHY
+    #: migrate: None (not decided), running, done or skipped.
+    drain: str | None = None
+    future: concurrent.futures.Future | None = None
+    on_done: Callable | None = None
+    overdue: bool = False
+    #: Why nothing is done (logged once).
+    left: str | None = None
+
+
+class ShutdownHandler:
+    """Freeze, drain and enable announced hosts; answer their agents.
+
+    :param engine: the recovery engine (its snapshot, environment and
+        workflows are read; nothing of it is changed).
+    :param detector: the heartbeat detector, whose listener heard the
+        announcements.
+    :param run_all: runs the live migrations of one host (see
+        :class:`instanceha.maintenance.Maintenance`).
+    """
+
+    def __init__(self, conf, engine, detector,
+                 run_all: Callable = maintenance.threaded_map):
+        self.conf = conf
+        self.engine = engine
+        self.detector = detector
+        self._run_all = run_all
+        self._hosts: dict[str, _Host] = {}
+        self._leader = False
+
+    @property
+    def env(self):
+        return self.engine.env
+
+    # -- the listener's question: what to answer an agent ---------------
+
+    def respond(self, ann: shutdown.Announcement) -> str | None:
+        """The reply to an announcement (listener thread); None: none.
+
+        Only the leading copy answers. migrate: ``draining`` until the
+        host's instances were moved, then ``drained``; otherwise
+        ``noted``.
+        """
+        if not self._leads():
+            return None
+        h = self._hosts.get(ann.host)
+        if h is not None and (h.ann.boot_id, h.ann.kind) == (
+                ann.boot_id, ann.kind):
+            action = h.action
+        else:
+            h = None
+            policy, _ = shutdown.policy_of(self.conf, self.engine.snapshot,
+                                           ann.host)
+            action = shutdown.effective(policy, ann.kind)
+        if action != shutdown.MIGRATE:
+            return protocol.NOTED
+        if h is None or h.drain in (None, 'running'):
+            return protocol.DRAINING
+        return protocol.DRAINED if h.drain == 'done' else protocol.NOTED
+
+    def _leads(self) -> bool:
+        return bool(self.env.coordinator.is_leader()
+                    and not self.env.guard.halted)
+
+    # -- every tick ---------------------------------------------------------
+
+    def step(self) -> None:
+        listener = self.detector.listener
+        if listener is None:
+            return
+        if getattr(listener, 'responder', None) is None:
+            listener.responder = self.respond
+        self._leader = self._leads()
+        self._harvest()
+        snapshot = self.engine.snapshot
+        if not self._leader or snapshot is None or self.conf.disabled:
+            return
+        pending = listener.announced()
+        for host in sorted(set(self._hosts) - set(pending)):
+            if self._hosts[host].future is None:
+                del self._hosts[host]
+        for host in sorted(pending):
+            self._one(listener, pending[host], snapshot)
+        for svc in snapshot.services:
+            if svc.host not in pending and shutdown.frozen(svc):
+                self._orphan(listener, svc, shutdown.frozen(svc))
+
+    def _harvest(self) -> None:
+        for h in list(self._hosts.values()):
+            fut = h.future
+            if fut is None or not fut.done():
+                continue
+            h.future, on_done, h.on_done = None, h.on_done, None
+            exc = fut.exception()
+            if exc is not None:
+                LOG.warning('host %s: shutdown policy step failed (tried '
+                            'again next tick): %s', h.ann.host, exc)
+                if h.drain == 'running':
+                    h.drain = None
+                    self._move(h, S.HEALTHY, reason='drain failed: %s'
+                               % str(exc)[:200])
+                continue
+            if self._leader:
+                on_done(fut.result())
+
+    def _submit(self, h: _Host, fn: Callable, on_done: Callable) -> None:
+        coordinator = self.env.coordinator
+
+        def job():
+            with coordinator.host_lock(h.ann.host):
+                return fn()
+
+        h.on_done = on_done
+        h.future = self.env.executor.submit(job)
+
+    def _emit(self, event: str, host: str, **details) -> None:
+        self.env.events.emit(event, host, **details)
+
+    def _move(self, h: _Host, new: S, **details) -> None:
+        if new is h.state:
+            return
+        states.check_transition(h.ann.host, h.state, new)
+        old, h.state = h.state, new
+        self._emit(events.HOST_STATE, h.ann.host, old=old.value,
+                   new=new.value, **details)
+
+    # -- one announced host -------------------------------------------------
+
+    def _one(self, listener, ann: shutdown.Announcement,
+             snapshot: model.Snapshot) -> None:
+        host = ann.host
+        h = self._hosts.get(host)
+        if h is None or (h.ann.boot_id, h.ann.kind) != (ann.boot_id,
+                                                        ann.kind):
+            if h is not None and h.future is not None:
+                return  # the previous one's step ends first
+            policy, source = shutdown.policy_of(self.conf, snapshot, host)
+            h = self._hosts[host] = _Host(
+                ann=ann, policy=policy, source=source,
+                action=shutdown.effective(policy, ann.kind))
+            self._emit(events.SHUTDOWN_ANNOUNCED, host, kind=ann.kind,
+                       policy=policy, origin=source, action=h.action)
+        h.ann = ann
+        svc = snapshot.service(host)
+        if h.future is not None or svc is None:
+            return
+        if listener.returned(host):
+            self._returned(h, svc, listener)
+            return
+        if h.action == shutdown.FAILOVER or h.overdue:
+            return  # the engine's recovery
+        silent = listener.now() - ann.last
+        if silent > self.conf.shutdown.return_timeout:
+            self._overdue(h, svc, silent)
+        elif h.action == shutdown.FREEZE and h.state is S.HEALTHY:
+            self._freeze(h, svc, silent)
+        elif h.action == shutdown.MIGRATE and h.drain is None:
+            self._drain(h, svc)
+
+    def _not_ours(self, h: _Host, svc: model.Service) -> str | None:
+        """Why the host must be left as it is (None: it may be changed)."""
+        if h.ann.host in self.engine.host_states():
+            return 'it is being recovered'
+        if svc.disabled:
+            return 'its compute service is disabled (reason: %s)' % (
+                svc.disabled_reason or 'none')
+        return None
+
+    def _leave(self, h: _Host, why: str) -> None:
+        if h.left != why:
+            h.left = why
+            LOG.info('host %s announced a %s: %s; the shutdown policy '
+                     'leaves it as it is', h.ann.host, h.ann.kind, why)
+
+    def _freeze(self, h: _Host, svc: model.Service, silent: float) -> None:
+        if shutdown.frozen(svc):
+            self._move(h, S.FROZEN, reason='frozen by an earlier leader')
+            return
+        why = self._not_ours(h, svc)
+        if why:
+            self._leave(h, why)
+            return
+        now = self.env.clock.now()
+        left = max(0, int(self.conf.shutdown.return_timeout - silent))
+        reason = shutdown.Frozen(
+            since=now, kind=h.ann.kind,
+            until=now + datetime.timedelta(seconds=left),
+            note='policy %s (%s)' % (h.policy, h.source)).render()
+        cloud = self.env.cloud
+
+        def freeze():
+            cloud.update_service(svc, status=model.DISABLED,
+                                 disabled_reason=reason)
+
+        self._submit(h, freeze, lambda _: self._move(
+            h, S.FROZEN, kind=h.ann.kind, policy=h.policy, expect_in=left))
+
+    def _drain(self, h: _Host, svc: model.Service) -> None:
+        if drained_by_us(svc):
+            h.drain = 'done'
+            self._move(h, S.DRAINING, reason='drained by an earlier leader')
+            self._move(h, S.FROZEN, reason='drained by an earlier leader')
+            return
+        why = self._not_ours(h, svc) or (
+            'its compute service is down: nothing can be live-migrated'
+            if svc.state != model.UP or svc.forced_down else None)
+        if why:
+            h.drain = 'skipped'
+            self._leave(h, why)
+            return
+        h.drain = 'running'
+        self._move(h, S.DRAINING, kind=h.ann.kind, policy=h.policy)
+        work = maintenance.Maintenance(
+            self.env.cloud, out=lambda text: LOG.info('shutdown drain: %s',
+                                                      text),
+            clock=self.env.clock, run_all=self._run_all)
+        now = self.env.clock.now()
+        note = '%s %s announced' % (DRAIN_NOTE, h.ann.kind)
+        timeout = self.conf.shutdown.drain_timeout
+
+        def drain():
+            return work.start(h.ann.host, now, note=note, wait=True,
+                              timeout=timeout,
+                              concurrency=max(1, self.conf.workers))
+
+        def done(outcomes):
+            h.drain = 'done'
+            moved = sum(1 for o in outcomes if o.result == 'moved')
+            self._emit(events.SHUTDOWN_DRAINED, h.ann.host, moved=moved,
+                       left=len(outcomes) - moved)
+            self._move(h, S.FROZEN, reason='instances moved away')
+
+        self._submit(h, drain, done)
+
+    def _enable(self, h: _Host, svc: model.Service) -> Callable | None:
+        """The job that enables the host again, None if it is not ours."""
+        if shutdown.frozen(svc):
+            cloud = self.env.cloud
+            return lambda: cloud.update_service(svc, status=model.ENABLED)
+        if drained_by_us(svc):
+            work = maintenance.Maintenance(
+                self.env.cloud, out=lambda text: LOG.info(
+                    'shutdown return: %s', text), clock=self.env.clock,
+                run_all=self._run_all)
+            return lambda: work.end(h.ann.host)
+        return None
+
+    def _returned(self, h: _Host, svc: model.Service, listener) -> None:
+        if svc.state != model.UP or svc.forced_down:
+            return  # heartbeating again; nova-compute not yet up
+        after = int(listener.now() - h.ann.first)
+        job = self._enable(h, svc)
+
+        def done(_):
+            self._emit(events.SHUTDOWN_RETURNED, h.ann.host,
+                       kind=h.ann.kind, after=after,
+                       enabled=job is not None)
+            self._move(h, S.HEALTHY, reason='back')
+            forget = getattr(listener, 'forget_announcement', None)
+            if forget is not None:
+                forget(h.ann.host)
+            self._hosts.pop(h.ann.host, None)
+
+        if job is None:
+            done(None)
+        else:
+            self._submit(h, job, done)
+
+    def _overdue(self, h: _Host, svc: model.Service, silent: float) -> None:
+        h.overdue = True
+        self._emit(events.SHUTDOWN_OVERDUE, h.ann.host, kind=h.ann.kind,
+                   silent=int(silent))
+        job = self._enable(h, svc)
+        reason = ('not back within [shutdown] return_timeout: judged like '
+                  'any host from now on')
+
+        if job is None:
+            if h.state is not S.HEALTHY:
+                self._move(h, S.HEALTHY, reason=reason)
+            return
+        self._submit(h, job, lambda _: self._move(h, S.HEALTHY,
+                                                  reason=reason))
+
+    def _orphan(self, listener, svc: model.Service,
+                fr: shutdown.Frozen) -> None:
+        """A freeze in Nova that no announcement in memory explains.
+
+        This copy did not hear the announcement (it started, or became
+        the leader, later): the host is back when its agent beats again
+        (an agent stops beating when it announces) and Nova reports it
+        up; past the freeze's ``until`` it is overdue.
+        """
+        host = svc.host
+        h = self._hosts.get(host)
+        if h is not None and h.future is not None:
+            return
+        now = self.env.clock.now()
+        age = listener.age(host)
+        back = (svc.state == model.UP and not svc.forced_down
+                and age is not None
+                and age <= self.conf.heartbeat.timeout)
+        if not back and now <= fr.until:
+            return
+        ann = shutdown.Announcement(host=host, kind=fr.kind, boot_id=b'',
+                                    first=0.0, last=0.0)
+        h = self._hosts[host] = _Host(ann=ann, policy='', source='',
+                                      action=shutdown.FREEZE, state=S.FROZEN)
+        cloud = self.env.cloud
+
+        def enable():
+            cloud.update_service(svc, status=model.ENABLED)
+
+        if back:
+            self._submit(h, enable, lambda _: (
+                self._emit(events.SHUTDOWN_RETURNED, host, kind=fr.kind,
+                           after=int((now - fr.since).total_seconds()),
+                           enabled=True),
+                self._move(h, S.HEALTHY, reason='back'),
+                self._hosts.pop(host, None)))
+        else:
+            h.overdue = True
+            self._emit(events.SHUTDOWN_OVERDUE, host, kind=fr.kind,
+                       silent=int((now - fr.since).total_seconds()))
+            self._submit(h, enable, lambda _: (
+                self._move(h, S.HEALTHY, reason=(
+                    'not back within [shutdown] return_timeout: judged '
+                    'like any host from now on')),
+                self._hosts.pop(host, None)))
+
+    # The service's tick loop tells every observer about each tick.
+
+    def tick_started(self) -> None:
+        pass
+
+    def tick_finished(self, engine, error: str | None = None) -> None:
+        self.step()
+
+
+def find_detector(drivers):
+    """The heartbeat detector among the configured ones, or None."""
+    from instanceha.plugins.detectors import heartbeat
+    for det in drivers.detectors:
+        if isinstance(det, heartbeat.HeartbeatDetector):
+            return det
+    return None
