@@ -19,6 +19,7 @@ driver and by the real ``fence_ipmilan`` (Debian fence-agents) through the
 """
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +33,9 @@ from instanceha import exceptions
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import topology
+from instanceha.testing import fencing_contract
 from tests.functional import peers
+from tests.functional.peers import base as peers_base
 from tests.unit.test_fencing import make_conf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -207,6 +210,28 @@ class TestIpmiDriver(IpmiTestBase):
         self.assertNoSecret(self.log.output, self.bmcs.password)
 
 
+class TestIpmiContract(fencing_contract.FencingDriverContract,
+                       IpmiTestBase):
+    """The shipped fencing contract, run on the ipmi driver."""
+
+    DRIVER = 'ipmi'
+
+    def contract_params(self):
+        return self.ipmi('host1')
+
+    def contract_power(self):
+        return self.bmcs.power_state('host1')
+
+    def contract_wrong_credentials(self):
+        return self.ipmi('host1', password_file=self.bad)
+
+    def contract_unreachable(self):
+        return self.ipmi('host1', port=peers_base.free_port(socket.SOCK_DGRAM))
+
+    def contract_secrets(self):
+        return [self.bmcs.password, WRONG]
+
+
 class TestChains(IpmiTestBase):
 
     def test_first_level_wrong_password_second_level_fences(self):
@@ -306,6 +331,26 @@ class TestFenceAgent(IpmiTestBase):
         self.assertEqual((2, ('fence-agent',)),
                          (result.level, result.devices))
         self.assertEqual('off', self.bmcs.power_state('host3'))
+
+
+class TestFenceAgentContract(fencing_contract.FencingDriverContract,
+                             IpmiTestBase):
+    """The shipped fencing contract, run on the fence-agent driver."""
+
+    DRIVER = 'fence-agent'
+    agent = TestFenceAgent.agent
+
+    def contract_params(self):
+        return self.agent('host3')
+
+    def contract_power(self):
+        return self.bmcs.power_state('host3')
+
+    def contract_wrong_credentials(self):
+        return self.agent('host3', self.bad)
+
+    def contract_secrets(self):
+        return [self.bmcs.password, WRONG]
 
 
 def run_manage(tmp: str, *args: str, extra: str = ''

@@ -32,6 +32,7 @@ import requests
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import topology
+from instanceha.testing import fencing_contract
 from tests.functional import peers
 from tests.functional.peers import base as peers_base
 from tests.functional import test_fencing
@@ -145,6 +146,29 @@ class RedfishTestBase(test_fencing.FencingTestBase):
         path = self.fencing_file({host: self.redfish(host, **kwargs)})
         [[drv]] = config.load(self.conf, path).hosts[host].levels
         return drv
+
+
+class TestRedfishContract(fencing_contract.FencingDriverContract,
+                          RedfishTestBase):
+    """The shipped fencing contract, run on the redfish driver."""
+
+    DRIVER = 'redfish'
+
+    def contract_params(self):
+        return self.redfish('host1')
+
+    def contract_power(self):
+        return self.bmc.power_state('host1').lower()
+
+    def contract_wrong_credentials(self):
+        return self.redfish('host1', password_file=self.bad)
+
+    def contract_unreachable(self):
+        return self.redfish('host1', address='http://127.0.0.1:%d'
+                            % peers_base.free_port())
+
+    def contract_secrets(self):
+        return [self.bmc.password, WRONG]
 
 
 class TestRedfishRealDelay(RedfishTestBase):

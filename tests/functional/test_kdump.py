@@ -24,7 +24,6 @@ import subprocess
 import time
 
 import fixtures
-from oslo_config import cfg
 import testtools
 
 from instanceha import conf as ha_conf
@@ -33,6 +32,7 @@ from instanceha.heartbeat import kdump
 from instanceha.heartbeat import listener as lst_mod
 from instanceha.plugins.detectors import base
 from instanceha.plugins.detectors import kdump as kd_det
+from tests import conf_fixture
 from tests.functional import test_heartbeat
 
 CANDIDATES = ('/usr/libexec/fence-agents/fence_kdump_send',
@@ -137,16 +137,12 @@ class TestRealFenceKdumpSend(KdumpCase):
 class TestKdumpDetectorWithRealSender(KdumpCase):
 
     def conf(self, **kdump_opts):
-        conf = cfg.ConfigOpts()
-        ha_conf.register_opts(conf)
-        conf([], project='instanceha', default_config_files=[])
         opts = {'listen_addresses': ['127.0.0.1'], 'port': 0,
                 'address_map': ['127.0.0.1=compute-1'],
                 'reverse_dns': False, 'check_kdump': True}
         opts.update(kdump_opts)
-        for name, value in opts.items():
-            conf.set_override(name, value, group='kdump')
-        conf.set_override('detectors', ['nova', 'kdump'], group='detection')
+        conf = self.useFixture(conf_fixture.ConfFixture(
+            kdump=opts, detection={'detectors': ['nova', 'kdump']})).conf
         ha_conf.validate(conf)
         return conf
 
