@@ -26,14 +26,13 @@ import datetime
 import os
 import types
 
-from oslo_config import cfg
-
 from instanceha import conf as ha_conf
 from instanceha.engine import decide
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.plugins.detectors import heartbeat as hb_det
 from instanceha.plugins.detectors import nova as nova_det
+from tests import conf_fixture
 from tests.functional import test_heartbeat
 
 HOSTS = ['host1', 'host2', 'host3']
@@ -53,13 +52,9 @@ class TestHeartbeatWithNova(test_heartbeat.HeartbeatFixture):
         self.client = self.nova.client()
         self.server = self.nova.create_servers(host='host1',
                                                client=self.client)[0]
-        self.conf = cfg.ConfigOpts()
-        ha_conf.register_opts(self.conf)
-        self.conf([], project='instanceha', default_config_files=[])
-        for name, value in {'key_file': self.key, 'port': 0,
-                            'listen_addresses': ['127.0.0.1'],
-                            'timeout': 2}.items():
-            self.conf.set_override(name, value, group='heartbeat')
+        self.conf = self.useFixture(conf_fixture.ConfFixture(heartbeat={
+            'key_file': self.key, 'port': 0,
+            'listen_addresses': ['127.0.0.1'], 'timeout': 2})).conf
         self.conf.set_override('detectors', ['nova', 'heartbeat'],
                                group='detection')
         self.conf.set_override('delta', 30)

@@ -27,10 +27,10 @@ import fixtures
 from oslo_config import cfg
 import testtools
 
-from instanceha import conf as conf_mod
 from instanceha.engine import events
 from instanceha import exceptions
 from instanceha.plugins.notifiers import dispatcher
+from tests import conf_fixture
 from tests.functional.peers import base as peers_base
 from tests.functional.peers import rabbitmq_peer
 from tests.functional.peers import webhook_receiver
@@ -41,13 +41,9 @@ RID = 'f0c1a2b3-0000-4000-8000-00000000abcd'
 
 
 def make_conf(**opts) -> cfg.ConfigOpts:
-    conf = cfg.ConfigOpts()
-    conf_mod.register_opts(conf)
-    conf([], project='instanceha', default_config_files=[])
-    for key, value in opts.items():
-        group, name = key.split('__')
-        conf.set_override(name, value, group=group)
-    return conf
+    """The shared test configuration; ``group__name=value`` overrides."""
+    return conf_fixture.make_conf(**{
+        key.replace('__', '.', 1): value for key, value in opts.items()})
 
 
 def recovery_story(sink, host='compute-1'):

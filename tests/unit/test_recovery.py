@@ -19,6 +19,7 @@ import testtools
 
 from instanceha.cmd import manage_hosts
 from instanceha.conf import evacuation as evac_conf
+from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
@@ -99,7 +100,7 @@ class TestHappyPath(TestCase):
         rig.cloud.kill('host1')
         rig.run(20)
         self.assertTrue(rig.cloud.servers[theirs].locked)
-        self.assertEqual('host2', rig.cloud.servers[theirs].host)
+        self.assertNotEqual('host1', rig.cloud.servers[theirs].host)
         self.assertNotIn(('unlock', theirs), rig.cloud.calls)
         self.assertIn(('unlock', mine), rig.cloud.calls)
 
@@ -265,7 +266,7 @@ class TestSmart(TestCase):
     def test_failed_rebuild_retried_then_done(self):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
         vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 2
+        rig.cloud.fail_rebuild(vm, 2)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(30)
@@ -277,7 +278,7 @@ class TestSmart(TestCase):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
         rig.cloud.same_second = True
         vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 2
+        rig.cloud.fail_rebuild(vm, 2)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(30)
@@ -289,7 +290,7 @@ class TestSmart(TestCase):
         rig = fakes.Rig(**{'evacuation.strategy': 'smart',
                            'evacuation.retries': 3})
         vm, ok = rig.cloud.boot('host1', 2)
-        rig.cloud.fail_rebuild[vm] = 100
+        rig.cloud.fail_rebuild(vm, 100)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(60)
@@ -324,7 +325,7 @@ class TestSmart(TestCase):
                            'evacuation.retries': 1,
                            'evacuation.max_in_flight': 1})
         bad, rest1, rest2 = rig.cloud.boot('host1', 3)
-        rig.cloud.fail_rebuild[bad] = 100
+        rig.cloud.fail_rebuild(bad, 100)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(40)
@@ -342,7 +343,7 @@ class TestSmart(TestCase):
         rig = fakes.Rig(force_enable=True, **{'evacuation.strategy': 'smart',
                                               'evacuation.retries': 0})
         vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 1
+        rig.cloud.fail_rebuild(vm, 1)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(20)
@@ -352,7 +353,7 @@ class TestSmart(TestCase):
         rig = fakes.Rig(hosts=4, **{'evacuation.strategy': 'smart',
                                     'evacuation.same_target_retries': 1})
         vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.bad_dest.add('host2')
+        rig.cloud.fail_rebuild(vm, None, dest='host2')
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(30)
@@ -366,11 +367,11 @@ class TestSmart(TestCase):
                            'evacuation.retries': 0})
         vm, = rig.cloud.boot('host1', 1)
         rig.run(2)
-        rig.cloud._pick = lambda src: None  # the scheduler finds nothing
+        rig.cloud.scheduler_finds_nothing()
         rig.cloud.kill('host1')
         rig.run(20)
         failed, = rig.events.named(events.EVACUATE_FAILED, 'host1')
-        self.assertEqual('rebuild ended failed before Nova chose a '
+        self.assertEqual('rebuild ended error before Nova chose a '
                          'destination', failed['reason'])
         self.assertIsNone(failed['dest'])
 
@@ -383,7 +384,8 @@ class TestSmart(TestCase):
         peak = 0
         for _ in range(30):
             rig.run(1)
-            running = sum(1 for m in rig.cloud.migs if m.status == 'accepted')
+            running = sum(1 for m in rig.cloud.migs
+                          if m.status in evacuation.MIGRATION_RUNNING)
             peak = max(peak, running)
         self.assertEqual(2, peak)
         self.assertEqual({}, rig.engine.host_states())
@@ -446,7 +448,7 @@ class TestRetryBackoff(TestCase):
     def test_failed_rebuilds_back_off_then_succeed(self):
         rig, times = self._rig()
         vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.fail_rebuild[vm] = 2
+        rig.cloud.fail_rebuild(vm, 2)
         rig.run(2)
         rig.cloud.kill('host1')
         rig.run(60)

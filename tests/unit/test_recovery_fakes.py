@@ -10,15 +10,18 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A small, deterministic in-memory cloud for the recovery unit tests.
+"""The recovery unit tests' rig: the engine on the simulator's cloud.
 
-Deliberately tiny: it models only what the workflow's decisions depend
-on (service state, forced_down, markers, evacuate refusal while the
-source is up, migration records, power state after a rebuild). The full
-simulated cloud lives in instanceha/sim; the real thing is exercised by
-tests/functional/test_recovery*.
+There is one model of Nova in the tests, the simulator's
+(:class:`instanceha.sim.world.World` behind its ``SimCloud``). The rig
+runs it on a settable simulated clock with quick timings (a rebuild takes
+about a tick, a dead host's service is down at once) and adds the
+handles the unit tests need: which calls were made, rebuilds and
+evacuate calls that fail on command, hosts that die and come back. The
+real thing is exercised by tests/functional/test_recovery*.
 """
 
+import collections.abc
 import contextlib
 import dataclasses
 import datetime
@@ -31,205 +34,224 @@ from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins import loader
+from instanceha.sim import clock as sim_clock
+from instanceha.sim import events as sim_events
+from instanceha.sim import world as sim_world
 from tests import conf_fixture
 
 T0 = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
-
-class FakeClock(ports.Clock):
-    def __init__(self):
-        self.t = 0.0
-
-    def now(self):
-        return T0 + datetime.timedelta(seconds=self.t)
-
-    def monotonic(self):
-        return self.t
-
-    def sleep(self, seconds):
-        self.t += max(seconds, 0)
+#: The unit tests' world: a rebuild takes a tick, a host boots at once,
+#: heartbeats are (nearly) continuous and a silent service is down at
+#: once (unless a test sets ``cloud.down_time``).
+TIMING = dict(report_interval=0.001, service_down_time=0.002, boot_time=0.0,
+              schedule_time=0.0, rebuild_time=1.0)
 
 
-class FakeCloud(ports.CloudPort):
-    """Hosts host1..hostN and what Nova says about them.
+class FakeClock(sim_clock.SimClock):
+    """The simulator's clock, which a test may set (``clock.t += 1``).
 
-    A migration finishes on the migrations() call after the one that
-    first listed it (about one tick of rebuild time).
+    Moving it lets the world catch up (rebuilds finish, hosts boot).
     """
 
-    def __init__(self, clock, hosts=3):
+    def __init__(self):
+        super().__init__(T0)
+        self.on_advance = None
+
+    @property
+    def t(self) -> float:
+        return self._t
+
+    @t.setter
+    def t(self, value: float) -> None:
+        self.advance_to(value)
+        if self.on_advance is not None:
+            self.on_advance()
+
+    world_t = t
+
+    def sleep(self, seconds):
+        self.t = self._t + max(seconds, 0)
+
+
+class _View(collections.abc.Mapping):
+    """A mapping computed by ``get`` over ``keys()`` (``put``, ``drop``)."""
+
+    def __init__(self, keys, get, put=None, drop=None):
+        self._keys, self._get = keys, get
+        self._put, self._drop = put, drop
+
+    def __getitem__(self, key):
+        if key not in self._keys():
+            raise KeyError(key)
+        return self._get(key)
+
+    def __setitem__(self, key, value):
+        self._put(key, value)
+
+    def __delitem__(self, key):
+        self._drop(key)
+
+    def __iter__(self):
+        return iter(sorted(self._keys()))
+
+    def __len__(self):
+        return len(self._keys())
+
+
+class FakeCloud(sim_world.SimCloud):
+    """The simulator's Nova with hosts host1..hostN and test handles.
+
+    ``services`` and ``servers`` show what Nova would say now; assigning
+    a ``model.Service`` to ``services[host]`` sets that service's status,
+    reason and forced_down as an operator (or another tool) would.
+    """
+
+    def __init__(self, clock: FakeClock, hosts=3):
         self.clock = clock
-        self.alive = {'host%d' % i: True for i in range(1, hosts + 1)}
-        self.services = {
-            h: model.Service(id='svc-%s' % h, host=h, state=model.UP,
-                             status=model.ENABLED, zone='nova')
-            for h in self.alive}
-        self.servers: dict[str, model.Server] = {}
-        self.migs: list[model.Migration] = []
-        self.aggregates: list[model.Aggregate] = []
+        world = sim_world.World(clock, sim_events.EventLog(clock),
+                                sim_world.Timing(**TIMING))
+        world.verbose_nova = False
+        world.flavors['m1'] = sim_world.Flavor('m1')
+        super().__init__(world)
+        clock.on_advance = world.run_due
+        for i in range(1, hosts + 1):
+            self.add_host('host%d' % i)
         self.calls: list[tuple] = []
-        #: server id -> number of rebuilds that fail
-        self.fail_rebuild: dict[str, int] = {}
-        #: hosts on which every rebuild fails
-        self.bad_dest: set[str] = set()
+        #: server id -> evacuate calls Nova refuses (409) from now on.
         self.refuse: dict[str, int] = {}
-        self.locked: dict[str, bool] = {}
-        #: Like Nova's service_down_time: a dead host still shows 'up'
-        #: (with its last heartbeat) for this long.
-        self.down_time = 0.0
         #: All records with one time stamp, listed oldest first: what
         #: Nova's second-precision created_at can look like.
         self.same_second = False
-        self.last_beat = {h: 0.0 for h in self.alive}
         self._ids = itertools.count(1)
-        self.api_calls = 0
 
     # -- seeding -------------------------------------------------------------
+    def add_host(self, host, *, status=model.ENABLED, disabled_reason=None,
+                 up=True, zone='nova'):
+        self.world.add_host(sim_world.Host(
+            name=host, id='svc-%s' % host, zone=zone, status=status,
+            disabled_reason=disabled_reason))
+        if not up:
+            self.kill(host)
+
     def boot(self, host, n=1, status='ACTIVE', prefix=None, metadata=None):
         out = []
         for _ in range(n):
             i = next(self._ids)
             sid = '%s-%03d' % (prefix or 'vm', i)
-            self.servers[sid] = model.Server(
-                id=sid, name=sid, host=host, status=status,
-                flavor=model.Flavor('m1'), image_id='img',
-                metadata=dict(metadata or {}))
+            self.world.add_server(sim_world.Server(
+                id=sid, name=sid, host=host, status=status, flavor='m1',
+                image_id='img', metadata=dict(metadata or {})))
             out.append(sid)
         return out
 
     def kill(self, host):
-        self.alive[host] = False
+        """The host died after its last heartbeat, a second ago.
+
+        Powered, but nothing runs: no heartbeats, its guests are gone.
+        """
+        h = self.world.host(host)
+        self.world.crash(host)
+        h.last_hb = min(h.last_hb, self.clock.t - 1)
+
+    def power_off(self, host):
+        self.world.set_power(host, False)
+        self.world.confirm_fenced(host)
 
     def revive(self, host):
-        """The host's compute starts: it cleans up evacuated guests."""
-        self.alive[host] = True
-        self.migs = [_replace(m, status='completed')
-                     if m.source_host == host and m.status == 'done' else m
-                     for m in self.migs]
+        """The host (re)starts at once and reports up.
 
-    # -- CloudPort -----------------------------------------------------------
-    def _svc(self, host):
-        svc = self.services[host]
-        if self.alive[host]:
-            self.last_beat[host] = self.clock.t
-        beat = self.last_beat[host]
-        fresh = self.clock.t - beat <= self.down_time
-        state = model.UP if fresh and not svc.forced_down else model.DOWN
-        return model.Service(
-            id=svc.id, host=host, state=state, status=svc.status,
-            forced_down=svc.forced_down,
-            updated_at=T0 + datetime.timedelta(seconds=beat),
-            disabled_reason=svc.disabled_reason, zone=svc.zone)
+        Its compute cleans up evacuated guests on the way (their records
+        become ``completed``).
+        """
+        self.world.set_power(host, False)
+        self.world.set_power(host, True)
+        self.world.run_due()
 
-    def snapshot(self, *, images=False, migrations_since=None):
-        self.api_calls += 1
-        return model.Snapshot(
-            taken_at=self.clock.now(),
-            services=tuple(self._svc(h) for h in sorted(self.services)),
-            servers=tuple(self.servers[k] for k in sorted(self.servers)),
-            aggregates=tuple(self.aggregates))
+    @property
+    def down_time(self) -> float:
+        """Like Nova's service_down_time.
 
+        A dead host still shows 'up' (with its last heartbeat) this long.
+        """
+        return self.world.timing.service_down_time
+
+    @down_time.setter
+    def down_time(self, seconds: float) -> None:
+        self.world.timing.service_down_time = seconds + TIMING[
+            'service_down_time']
+
+    def fail_rebuild(self, server_id, times=1, dest=None):
+        """The next ``times`` rebuilds of ``server_id`` fail (None: all)."""
+        self.world.rebuild_failures.append(
+            sim_world.RebuildFailure(server_id, dest, times))
+
+    def scheduler_finds_nothing(self):
+        self.world._pick = lambda srv, mig: None
+
+    @property
+    def services(self):
+        w = self.world
+        return _View(lambda: w.hosts.keys() - w.deleted_services,
+                     lambda h: w.service_model(w.hosts[h]), self._set_service,
+                     w.deleted_services.add)
+
+    def _set_service(self, host, svc: model.Service):
+        h = self.world.hosts[host]
+        h.status, h.disabled_reason = svc.status, svc.disabled_reason
+        h.forced_down, h.zone = svc.forced_down, svc.zone
+
+    @property
+    def servers(self):
+        w = self.world
+        return _View(lambda: w.servers.keys(),
+                     lambda s: w.server_model(w.servers[s]))
+
+    @property
+    def migs(self) -> list[model.Migration]:
+        return self._migrations()
+
+    @property
+    def aggregates(self):
+        return list(self.world.aggregates.values())
+
+    @aggregates.setter
+    def aggregates(self, aggregates):
+        self.world.aggregates = {a.name: a for a in aggregates}
+
+    # -- CloudPort, recorded -------------------------------------------------
     def update_service(self, service, *, status=None, disabled_reason=None,
                        forced_down=None):
         self.calls.append(('update_service', service.host, status,
                            disabled_reason, forced_down))
-        if status is None and forced_down is None:
-            raise exceptions.CloudError(
-                'HTTP 400: No updates were requested. Fields \'status\' or '
-                '\'forced_down\' should be specified.', status=400)
-        if disabled_reason is not None and status != model.DISABLED:
-            raise exceptions.CloudError('HTTP 400: disabled_reason needs '
-                                        'status disabled', status=400)
-        if forced_down is False and any(
-                m.source_host == service.host and m.status == 'done'
-                for m in self.migs):
-            raise exceptions.CloudError(
-                'HTTP 400: Unable to force up host %s as `done` evacuation '
-                'migration records remain' % service.host, status=400)
-        svc = self.services[service.host]
-        changes = {}
-        if status is not None:
-            changes['status'] = status
-            if status == model.ENABLED:
-                changes['disabled_reason'] = None
-        if disabled_reason is not None:
-            changes['disabled_reason'] = disabled_reason
-        if forced_down is not None:
-            changes['forced_down'] = forced_down
-        self.services[service.host] = svc = _replace(svc, **changes)
-        return self._svc(service.host)
-
-    def _pick(self, src):
-        for h in sorted(self.services):
-            s = self._svc(h)
-            if h != src and s.state == model.UP and s.status == 'enabled':
-                return h
-        return None
+        return super().update_service(
+            service, status=status, disabled_reason=disabled_reason,
+            forced_down=forced_down)
 
     def evacuate(self, server_id, *, host=None):
         self.calls.append(('evacuate', server_id, host))
-        srv = self.servers[server_id]
         if self.refuse.get(server_id):
             self.refuse[server_id] -= 1
             raise exceptions.CloudError('refused', status=409)
-        if self._svc(srv.host).state == model.UP:
-            raise exceptions.CloudError(
-                'Compute service of %s is still in use' % srv.host,
-                status=400)
-        dest = host or self._pick(srv.host)
-        self.migs.insert(0, model.Migration(
-            id=str(next(self._ids)), server_id=server_id,
-            source_host=srv.host, dest_host=dest, status='accepted',
-            created_at=T0 if self.same_second else self.clock.now()))
-        self.servers[server_id] = _replace(srv, task_state='rebuilding')
+        super().evacuate(server_id, host=host)
 
-    def _progress(self):
-        for i, mig in enumerate(self.migs):
-            if mig.status != 'accepted':
-                continue
-            srv = self.servers[mig.server_id]
-            fails = self.fail_rebuild.get(srv.id, 0)
-            if fails or mig.dest_host in self.bad_dest or not mig.dest_host:
-                if fails:
-                    self.fail_rebuild[srv.id] = fails - 1
-                self.migs[i] = _replace(mig, status='failed')
-                self.servers[srv.id] = _replace(srv, status='ERROR',
-                                                task_state=None)
-                continue
-            status = 'SHUTOFF' if srv.status == 'SHUTOFF' else 'ACTIVE'
-            self.migs[i] = _replace(mig, status='done')
-            self.servers[srv.id] = _replace(srv, host=mig.dest_host,
-                                            status=status, task_state=None)
-
-    def migrations(self, *, server_id=None, source_host=None, since=None):
-        self.api_calls += 1
-        out = [m for m in self.migs
-               if (server_id is None or m.server_id == server_id) and
-               (source_host is None or m.source_host == source_host) and
-               (since is None or m.created_at >= since)]
-        self._progress()
-        return out[::-1] if self.same_second else out
-
-    def get_server(self, server_id):
-        if server_id not in self.servers:
-            raise exceptions.CloudError('no such server', status=404)
-        return self.servers[server_id]
+    def migrations(self, **kwargs):
+        out = super().migrations(**kwargs)
+        if self.same_second:
+            out = [dataclasses.replace(m, created_at=T0) for m in out[::-1]]
+        return out
 
     def set_server_lock(self, server_id, locked, reason=None):
         self.calls.append(('lock' if locked else 'unlock', server_id))
-        self.locked[server_id] = locked
-        self.servers[server_id] = _replace(self.servers[server_id],
-                                           locked=locked)
+        super().set_server_lock(server_id, locked, reason)
 
     def stop_server(self, server_id):
         self.calls.append(('stop', server_id))
-        self.servers[server_id] = _replace(self.servers[server_id],
-                                           status='SHUTOFF')
+        super().stop_server(server_id)
 
     def reset_server_state(self, server_id, state):
         self.calls.append(('reset', server_id, state))
-        self.servers[server_id] = _replace(self.servers[server_id],
-                                           status=state.upper())
+        super().reset_server_state(server_id, state)
 
     def _planned(self, *args, **kwargs):
         raise AssertionError('the recovery engine made a planned move '
@@ -249,6 +271,8 @@ def _replace(obj, **changes):
 
 
 class FakeFencer(ports.Fencer):
+    """Fences the simulated hosts (failures on command)."""
+
     def __init__(self, cloud, configured=None):
         self.cloud = cloud
         self.configured_hosts = configured
@@ -260,8 +284,9 @@ class FakeFencer(ports.Fencer):
         return self.configured_hosts is None or host in self.configured_hosts
 
     def power_state(self, host):
-        # The fake's truth: a host that is not alive is powered off.
-        off = not self.cloud.alive[host]
+        off = not self.cloud.world.host(host).powered
+        if off:
+            self.cloud.world.confirm_fenced(host)
         return ports.PowerReading(host=host, off=off, on=not off,
                                   detail='ipmi %s' % ('off' if off else 'on'))
 
@@ -270,7 +295,7 @@ class FakeFencer(ports.Fencer):
         if self.fail.get(host):
             self.fail[host] -= 1
             raise exceptions.FencingError('bmc of %s: timeout' % host)
-        self.cloud.kill(host)
+        self.cloud.power_off(host)
         return ports.FenceResult(host=host, level=1, devices=('ipmi',))
 
     def unfence(self, host):
@@ -383,7 +408,7 @@ def failed_host_rig() -> Rig:
     """A rig whose host1 ended FAILED: its one rebuild failed (smart)."""
     rig = Rig(**{'evacuation.strategy': 'smart', 'evacuation.retries': 0})
     vm, = rig.cloud.boot('host1', 1)
-    rig.cloud.fail_rebuild[vm] = 1
+    rig.cloud.fail_rebuild(vm, 1)
     rig.run(2)
     rig.cloud.kill('host1')
     rig.run(20)

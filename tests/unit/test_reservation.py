@@ -27,6 +27,13 @@ def service(host, status='enabled', reason=None, state='up', zone='az1'):
                          status=status, disabled_reason=reason, zone=zone)
 
 
+def add(cloud, svc):
+    """Put the host of ``svc`` into the simulated cloud, as it says."""
+    cloud.add_host(svc.host, status=svc.status,
+                   disabled_reason=svc.disabled_reason,
+                   up=svc.state == 'up', zone=svc.zone)
+
+
 SPARE = 'instanceha:reserved'
 
 
@@ -80,9 +87,7 @@ class TestReservedHosts(testtools.TestCase):
         clock = fakes.FakeClock()
         cloud = fakes.FakeCloud(clock, hosts=0)
         for svc in self.services:
-            cloud.services[svc.host] = svc
-            cloud.alive[svc.host] = svc.state == 'up'
-            cloud.last_beat[svc.host] = 0.0
+            add(cloud, svc)
         env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
         snap = self.snap()
         got = {}
@@ -106,9 +111,7 @@ class TestReservedHosts(testtools.TestCase):
     def test_release_only_when_empty(self):
         clock = fakes.FakeClock()
         cloud = fakes.FakeCloud(clock, hosts=0)
-        cloud.services['s-az'] = service('s-az')
-        cloud.alive['s-az'] = True
-        cloud.last_beat['s-az'] = 0.0
+        add(cloud, service('s-az'))
         env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
         busy = model.Snapshot(
             taken_at=fakes.T0, services=(service('s-az'),),
@@ -125,9 +128,7 @@ class TestReservedHosts(testtools.TestCase):
     def test_repeated_release_leaves_a_reclaimed_spare_alone(self):
         clock = fakes.FakeClock()
         cloud = fakes.FakeCloud(clock, hosts=0)
-        cloud.services['s-az'] = service('s-az', 'disabled', SPARE)
-        cloud.alive['s-az'] = True
-        cloud.last_beat['s-az'] = 0.0
+        add(cloud, service('s-az', 'disabled', SPARE))
         env = dataclasses.make_dataclass('Env', ['cloud'])(cloud)
         pool = model.Snapshot(taken_at=fakes.T0, services=(
             service('c1'), service('c2'),
