@@ -589,6 +589,29 @@ class TestResume(TestCase):
         resumed = rig.events.named(events.HOST_RESUMED, 'host1')
         self.assertEqual([{'state': 'evacuating'}], resumed)
 
+    def test_marker_of_the_previous_version_is_adopted(self):
+        # A host the previous version fenced and left mid-evacuation: its
+        # literal marker (no recovery id yet) is resumed by this version.
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        vms = rig.cloud.boot('host1', 2)
+        rig.run(2)
+        rig.cloud.power_off('host1')
+        rig.cloud.services['host1'] = fakes._replace(
+            rig.cloud.services['host1'], status='disabled', forced_down=True,
+            disabled_reason='instanceha:evacuating 2026-11-29T12:00:02Z '
+                            'fenced_at=2026-11-29T12:00:02Z')
+        rig.restart()
+        rig.run(30)
+        self.assertEqual([{'state': 'evacuating'}],
+                         rig.events.named(events.HOST_RESUMED, 'host1'))
+        # Resumed, not recovered anew: it is not fenced again.
+        self.assertEqual([], [c for c in rig.fencer.calls if c[0] == 'off'])
+        for vm in vms:
+            self.assertEqual(1, len(rig.cloud.evacuations(vm)), vm)
+            self.assertNotEqual('host1', rig.cloud.servers[vm].host)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
     def test_restart_in_every_state_finishes_the_job(self):
         for stop_at in ('evacuating', 'evacuated', 'powering_on',
                         'waiting_up'):
