@@ -116,6 +116,16 @@ class Metrics:
             'instanceha_leadership_changes',
             'Times this copy became leader (gained) or stopped being it '
             '(lost).', ['change'], registry=r)
+        self.process_failures = prom.Counter(
+            'instanceha_process_failures',
+            'Compute services of living hosts disabled because their '
+            'nova-compute was down (disabled), and enabled again when it '
+            'came back (enabled).', ['change'], registry=r)
+        self.instance_failures = prom.Counter(
+            'instanceha_instance_failures',
+            'Crashed instances by what was done (restart, relocate, error) '
+            'and their recoveries (recovered: ran stable_time).',
+            ['result'], registry=r)
         self._gates: set[str] = set()
         for state in states.HostState:
             self.hosts.labels(state.value).set(0)
@@ -193,6 +203,17 @@ class MetricsEventSink(ports.EventSink):
                 valid = {s.value for s in states.HostState}
                 m.step_errors.labels(state if state in valid else
                                      'other').inc()
+            elif event in (ev.PROCESS_FAILURE, ev.PROCESS_RECOVERED):
+                m.process_failures.labels(
+                    'disabled' if event == ev.PROCESS_FAILURE
+                    else 'enabled').inc()
+            elif event == ev.INSTANCE_CRASHED:
+                nxt = str(details.get('next'))
+                m.instance_failures.labels(
+                    nxt if nxt in ('restart', 'relocate', 'error')
+                    else 'other').inc()
+            elif event == ev.INSTANCE_RECOVERED:
+                m.instance_failures.labels('recovered').inc()
             elif event == ev.LEADER:
                 m.leadership_changes.labels('gained').inc()
             elif event == ev.NOT_LEADER:

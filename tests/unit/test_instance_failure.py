@@ -174,3 +174,25 @@ class TestSimGuests(testtools.TestCase):
                           cloud.server_actions('a')[0].user_id))
         self.assertEqual(guests.USER, cloud.server_actions('b')[0].user_id)
         self.assertEqual('SHUTOFF', w.servers['a'].status)
+
+
+class TestMetrics(testtools.TestCase):
+    """The failure events are counted for Prometheus."""
+
+    def test_counted(self):
+        from instanceha.engine import events
+        from instanceha import health
+        metrics = health.Metrics()
+        sink = health.MetricsEventSink(metrics)
+        sink.emit(events.PROCESS_FAILURE, 'h1', reason='x', disabled=True)
+        sink.emit(events.INSTANCE_CRASHED, 'h1', server='vm', next='error')
+        sink.emit(events.INSTANCE_RECOVERED, 'h1', server='vm')
+
+        def value(name, **labels):
+            return metrics.registry.get_sample_value(name, labels)
+        self.assertEqual(1.0, value('instanceha_process_failures_total',
+                                    change='disabled'))
+        self.assertEqual(1.0, value('instanceha_instance_failures_total',
+                                    result='error'))
+        self.assertEqual(1.0, value('instanceha_instance_failures_total',
+                                    result='recovered'))
