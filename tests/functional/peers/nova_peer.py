@@ -67,6 +67,10 @@ class NovaControl(object):
         return self._call('POST', '/computes/%s/fail-spawn' % host,
                           {'count': count})
 
+    def crash(self, server_id):
+        """The server's guest dies; Nova's power sync stops it (no user)."""
+        return self._call('POST', '/servers/%s/crash' % server_id)
+
     def run_periodic(self):
         """Run update_available_resource on live computes now."""
         return self._call('POST', '/periodic')

@@ -150,6 +150,30 @@ class Stack(integrated_helpers._IntegratedTestBase):
         self.dead.discard(host)
         return True
 
+    def crash_guest(self, server_id):
+        """The guest dies under a running nova-compute, as qemu would.
+
+        The fake driver's record of the instance says it is shut down,
+        and the compute manager is handed the hypervisor's "stopped"
+        lifecycle event, exactly what libvirt sends when a guest dies:
+        Nova's power-state sync then stops the instance itself, in an
+        admin context without a user (its instance action ``stop`` has
+        no user_id). Returns the host, or None if no live compute has it.
+        """
+        from nova.compute import power_state
+        from nova.virt import event as virt_event
+        for host, compute in self.computes.items():
+            if host in self.dead:
+                continue
+            driver = compute.manager.driver
+            if server_id not in getattr(driver, 'instances', {}):
+                continue
+            driver.instances[server_id].state = power_state.SHUTDOWN
+            compute.manager.handle_lifecycle_event(virt_event.LifecycleEvent(
+                server_id, virt_event.EVENT_LIFECYCLE_STOPPED))
+            return host
+        return None
+
     def update_resources(self):
         """The periodic task the test fixtures switch off.
 
@@ -242,6 +266,13 @@ def control_app(stack, faults, lock):
             faults.pending[host] = count
         return 200, {'host': host, 'fail_spawn': count}
 
+    def crash(parts, body):
+        with lock:
+            host = stack.crash_guest(parts[1])
+        if host is None:
+            return 404, {'error': 'no running compute holds %s' % parts[1]}
+        return 200, {'server': parts[1], 'host': host}
+
     def periodic(parts, body):
         with lock:
             stack.update_resources()
@@ -259,6 +290,7 @@ def control_app(stack, faults, lock):
         ('POST', ('computes', '*', 'revive')): revive,
         ('POST', ('computes', '*', 'fail-spawn')): fail_spawn,
         ('POST', ('periodic',)): periodic,
+        ('POST', ('servers', '*', 'crash')): crash,
     })
 
 
