@@ -232,18 +232,21 @@ class TestFencing(TestCase):
         rig = fakes.Rig(kdump=True, **{'kdump.check_kdump': True,
                                        'kdump.kdump_timeout': 10,
                                        'kdump.message_timeout': 5})
+        # It reboots by itself after its dump, slowly (a minute).
+        rig.cloud.world.timing.boot_time = 60
         vm, = rig.cloud.boot('host1', 1)
         rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run(3)
+        # Crashes now, dumps from 2 s later until 11 s later, a message a
+        # second.
+        rig.cloud.world.start_kdump('host1', 11)
+        rig.run(2)
         self.assertEqual([], rig.fencer.calls)  # waiting for kdump
-        for _ in range(8):  # dumping: a message every second
-            rig.kdump.messages['host1'] = rig.clock.now()
-            rig.run(1)
+        rig.run(8)
         self.assertEqual('host2', rig.cloud.servers[vm].host)
         self.assertEqual({'host1': S.EVACUATED}, rig.engine.host_states())
         rig.run(10)  # stopped sending: it reboots by itself
         self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        rig.cloud.world.timing.boot_time = 0
         rig.cloud.revive('host1')
         rig.run(6)
         self.assertEqual({}, rig.engine.host_states())

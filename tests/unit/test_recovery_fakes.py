@@ -42,10 +42,11 @@ from tests import conf_fixture
 T0 = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
 #: The unit tests' world: a rebuild takes a tick, a host boots at once,
+#: a crash-dumping host sends a fence_kdump message every second,
 #: heartbeats are (nearly) continuous and a silent service is down at
 #: once (unless a test sets ``cloud.down_time``).
 TIMING = dict(report_interval=0.001, service_down_time=0.002, boot_time=0.0,
-              schedule_time=0.0, rebuild_time=1.0)
+              schedule_time=0.0, rebuild_time=1.0, kdump_interval=1.0)
 
 
 class FakeClock(sim_clock.SimClock):
@@ -321,14 +322,6 @@ class FakeCoordinator(ports.Coordinator):
         yield
 
 
-class FakeKdump(ports.KdumpWatch):
-    def __init__(self):
-        self.messages = {}
-
-    def last_message(self, host):
-        return self.messages.get(host)
-
-
 def make_conf(**overrides):
     """The shared test configuration with the rigs' own defaults."""
     # Retries of a rebuild at once unless a test is about the back-off
@@ -349,7 +342,8 @@ class Rig:
         self.fencer = FakeFencer(self.cloud, configured)
         self.coordinator = FakeCoordinator()
         self.events = events.RecordingEventSink()
-        self.kdump = FakeKdump() if kdump else None
+        self.kdump = (sim_world.SimKdumpWatch(self.cloud.world) if kdump
+                      else None)
         self.conf = make_conf(**overrides)
         self.drivers = loader.load_configured(self.conf)
         self.env = ports.Environment(
@@ -363,6 +357,11 @@ class Rig:
         while self.clock.t < end:
             self.engine.tick()
             self.clock.t += step
+            # The simulator judges every step (evacuated only when proven
+            # off, never twice, only by the leader...).
+            if self.cloud.world.violations:
+                raise AssertionError('the engine broke a safety rule: %s'
+                                     % '; '.join(self.cloud.world.violations))
 
     def power_on_without_boot(self) -> list:
         """Make unfencing power hosts on while their compute stays down.
