@@ -249,6 +249,7 @@ class Monitor:
         self._cycle_error: str | None = None
         self._snapshot_error: str | None = None
         self._cycles_seen = 0
+        self._quiet_seen = 0
         self._plan = None
         self._hosts: dict[str, int] = {}
         #: Hosts in a workflow and their state (leader), for the gauge.
@@ -299,6 +300,14 @@ class Monitor:
                 else:
                     self._cycle_error = None
                     self._last_good_cycle = now
+            # While every host is healthy the engine reads the compute
+            # services alone, and a poll passes without a full cycle:
+            # that read is the good cycle of a quiet poll.
+            quiet = getattr(engine, 'quiet_polls', 0)
+            if quiet != self._quiet_seen:
+                self._quiet_seen = quiet
+                self._cycle_error = None
+                self._last_good_cycle = now
         snapshot = getattr(engine, 'snapshot', None)
         if snapshot is not None:
             self.clock_skew = getattr(snapshot, 'clock_skew', None)

@@ -85,7 +85,10 @@ class Poll(tick.Plumbing):
             if seen != w.seen and self._fresh:
                 return True
         if poll_due and w.quiet:
+            # A poll's worth of reading, answered by the services alone:
+            # a good read of Nova for readiness, like a full cycle.
             self._next_poll = mono + self.conf.poll
+            self.quiet_polls += 1
             return False
         return poll_due
 

@@ -114,6 +114,8 @@ class Engine(poll.Poll, steps.Steps):
         self._watch = watch.ServiceWatch(self._services_interval())
         self.plan = None
         self.cycles = 0
+        #: Polls that every host's health answered without a full read.
+        self.quiet_polls = 0
         #: The gates' reasons of the current whole-plan block (or none).
         self._blocked_by: tuple[str, ...] = ()
         #: A dead nova-compute on a living host (asked by each cycle).

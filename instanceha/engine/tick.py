@@ -70,6 +70,10 @@ class Plumbing:
                         if self._workflows[host].future is None:
                             del self._workflows[host]
                     self._next_poll = None
+                    # ...with a full read, even if every host looked
+                    # healthy when we last led: a marker another copy
+                    # left is only seen there.
+                    self._watch.seen = None
                 self._emit(events.LEADER)
             else:
                 self._emit(events.NOT_LEADER)
