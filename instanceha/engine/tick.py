@@ -194,11 +194,24 @@ class Plumbing:
 
         :raises workflow.OperatorTookOver: it carries a reason that is not ours.
         """
-        svc = self._service(wf.host)
+        svc = self._current_service(wf.host)
         why = workflow.operators_reason(svc)
         if why is not None:
             raise workflow.OperatorTookOver(why)
         return svc
+
+    def _current_service(self, host: str) -> model.Service:
+        """The host's service as Nova reports it now (a job thread's read).
+
+        Not the snapshot's: an operator may have disabled the host since
+        it was taken, and their word must win over the write about to be
+        made. One small call (the compute services only).
+        """
+        current = self.env.cloud.read_services().service(host)
+        if current is None:
+            raise exceptions.CloudError('nova-compute service of %s is not '
+                                        'listed by Nova' % host)
+        return current
 
     @staticmethod
     def _catching(fn: Callable, *errors) -> Callable:
