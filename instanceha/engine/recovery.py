@@ -104,6 +104,9 @@ class Engine(poll.Poll, steps.Steps):
         #: Jobs of hosts that moved on while rebuilds still run
         #: (fire-and-forget): watched until settled, for unlock/restore.
         self._aftercare: dict[str, HostWorkflow] = {}
+        #: Evacuation slots granted to each host being evacuated (the cap
+        #: is handed out round robin, see Steps._budget).
+        self._grants: dict[str, int] = {}
         self._next_poll: float | None = None
         self._leader: bool | None = None
         #: The latest cycle read Nova (its plan is current).

@@ -176,8 +176,33 @@ class Steps(tick.Plumbing):
         if len(sharing) <= 1:
             return free
         share = -(-cap // len(sharing))
-        own = wf.job.in_flight if (wf.job and tracks) else 0
-        return max(0, min(free, share - own))
+        grants = self._grants
+        for host in [h for h in grants
+                     if h not in {w.host for w in sharing}]:
+            del grants[host]  # done with: starts afresh next time
+
+        def held(w: HostWorkflow) -> int:
+            running = w.job.in_flight if (w.job and tracks) else 0
+            return running + (w.budget if w.future is not None else 0)
+
+        # The free slots are handed out one at a time, each to the host
+        # holding the fewest now, then to the one granted the fewest so
+        # far (round robin), never by name: with fewer slots than hosts,
+        # every host gets its turn. A slot handed to a host whose step is
+        # running waits for its next step.
+        given = {w.host: 0 for w in sharing}
+        for _ in range(free):
+            open_ = [w for w in sharing if held(w) + given[w.host] < share]
+            if not open_:
+                break
+            best = min(open_, key=lambda w: (
+                held(w) + given[w.host], grants.get(w.host, 0) +
+                given[w.host], w.host))
+            given[best.host] += 1
+        mine = given.get(wf.host, 0)
+        if mine:
+            grants[wf.host] = grants.get(wf.host, 0) + mine
+        return mine
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
