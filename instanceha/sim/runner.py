@@ -158,22 +158,27 @@ def _mutate(conf: cfg.ConfigOpts,
     known = {(None if group == 'DEFAULT' else group, opt.name): opt
              for group, opts in ha_conf.list_opts() for opt in opts}
     changed, restart, before = [], [], []
-    for group, name, value in pairs:
-        label = reloading.option_name(group, name)
-        opt = known.get((group, name))
-        if opt is None:
-            raise exceptions.ConfigurationError('no option %s' % label)
-        if not opt.mutable:
-            restart.append(label)
-            continue
-        before.append((group, name, (conf[group] if group else conf)[
-            opt.dest]))
-        conf.set_override(name, value, group)
-        changed.append(label)
     try:
+        for group, name, value in pairs:
+            label = reloading.option_name(group, name)
+            opt = known.get((group, name))
+            if opt is None:
+                raise exceptions.ConfigurationError('no option %s' % label)
+            if not opt.mutable:
+                restart.append(label)
+                continue
+            old = (conf[group] if group else conf)[opt.dest]
+            try:
+                conf.set_override(name, value, group)
+            except ValueError as exc:
+                raise exceptions.ConfigurationError(
+                    'invalid value for option %s: %s' % (label, exc)
+                ) from None
+            before.append((group, name, old))
+            changed.append(label)
         ha_conf.validate(conf)
     except exceptions.ConfigurationError:
-        for group, name, value in before:
+        for group, name, value in reversed(before):
             conf.set_override(name, value, group)
         raise
     return changed, restart
