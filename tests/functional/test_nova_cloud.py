@@ -222,6 +222,33 @@ class TestNovaCloudStub(testtools.TestCase):
         self.assertIn('evacuate server %s' % srv.id, str(exc))
         self.assertIsNotNone(exc.request_id)
 
+    def test_a_requested_host_is_validated_by_the_scheduler(self):
+        # Microversion 2.94 evacuate has no force: a named host is checked
+        # by Nova's scheduler. The simulator models the same refusals
+        # (tests/scenarios/test_sim.py); this pins them on real Nova.
+        first, second = self.peer.create_servers(2, host='host1')
+        self.peer.control.kill('host1')
+        self.peer.wait_for_service('host1', 'down')
+        snap = self.cloud.snapshot()
+        self.assertEqual({1}, {s.flavor.vcpus for s in
+                               snap.servers_on('host1')})
+        self.cloud.update_service(snap.service('host1'), forced_down=True)
+        self.cloud.update_service(snap.service('host2'),
+                                  status=model.DISABLED,
+                                  disabled_reason='test: not a target')
+        for host, status in (('nope', 404), ('host1', 400)):
+            exc = self.assertRaises(exceptions.CloudError,
+                                    self.cloud.evacuate, first.id, host=host)
+            self.assertEqual(status, exc.status, str(exc))
+        self.cloud.evacuate(first.id, host='host2')
+        mig, server = self.peer.wait_for_evacuation(first.id,
+                                                    expect=('error',))
+        self.assertEqual(('error', 'host1'), (mig.status, server.to_dict()[
+            'OS-EXT-SRV-ATTR:host']))
+        self.cloud.evacuate(second.id, host='host3')
+        mig, server = self.peer.wait_for_evacuation(second.id)
+        self.assertEqual('host3', self.cloud.get_server(second.id).host)
+
     def test_unreachable_endpoint(self):
         conf = self.cloud.conf
         port = peers.base.free_port()
