@@ -42,6 +42,7 @@ import re
 import typing
 
 from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import placement
 from instanceha.engine import ports
@@ -183,6 +184,15 @@ class StepContext:
     #: reading made in its own step (the cloud port refuses it otherwise,
     #: see :class:`ports.PowerProof`). None: nothing is evacuated.
     prove_off: Callable[[], ports.PowerReading] | None = None
+    #: Writes ``(instances given up, evacuation stopped)`` where a resumed
+    #: copy reads them (the host's marker), as soon as they change.
+    record: Callable[[tuple[str, ...], bool], None] | None = None
+    #: What the marker recorded before a restart (short ids, see
+    #: :func:`instanceha.engine.marker.short_id`): never evacuated again.
+    gave_up: tuple[str, ...] = ()
+    #: The marker says this host's evacuation was stopped (R12): nothing
+    #: pending is started any more.
+    stopped: bool = False
 
 
 class Policy(typing.Protocol):
@@ -234,6 +244,8 @@ class EvacuationJob:
         self._classified = False
         #: Why nothing more is started (the host left our hands).
         self._stopped: str | None = None
+        #: What the host's marker says was given up (short ids), stopped.
+        self._recorded: tuple[tuple[str, ...], bool] = ((), False)
 
     # -- helpers ----------------------------------------------------------
 
@@ -263,13 +275,18 @@ class EvacuationJob:
         return out
 
     def _classify(self, env, records,
-                  snapshot: model.Snapshot | None) -> None:
+                  snapshot: model.Snapshot | None,
+                  *, gave_up: tuple[str, ...] = (),
+                  stopped: bool = False) -> None:
         """Build the task list from the servers and Nova's records.
 
         Run once, also when resuming after a restart: an instance with a
         running evacuation is watched, not evacuated again; one already
-        rebuilt elsewhere is only unlocked.
+        rebuilt elsewhere is only unlocked; one the marker says was given
+        up (``gave_up``, ``stopped``) is never evacuated again.
         """
+        gave_up_ids = set(gave_up)
+        self._recorded = (tuple(sorted(gave_up_ids)), stopped)
         for srv in self._servers:
             recs = records.get(srv.id, [])
             live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
@@ -295,7 +312,16 @@ class EvacuationJob:
                     task.failures[rec.dest_host] = task.failures.get(
                         rec.dest_host, 0) + 1
             task.target = self.next_target(task, snapshot, first=True)
-            if live or srv.task_state == 'rebuilding':
+            if marker_mod.short_id(srv.id) in gave_up_ids:
+                # Given up before a restart (its marker says so), whatever
+                # its records look like now (a rebuild that timed out may
+                # still run, or have failed since).
+                task.state = TaskState.FAILED
+                task.reason = 'given up before a restart'
+                task.locked_by_us = ours
+                self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
+                           reason=task.reason)
+            elif live or srv.task_state == 'rebuilding':
                 # Being rebuilt (its record may not be listed yet): watched,
                 # never evacuated again; its record is picked up when listed.
                 task.current = live[0].id if live else None
@@ -315,6 +341,13 @@ class EvacuationJob:
                 self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
                            status=srv.status)
                 continue
+            elif stopped:
+                # R12: this host's evacuation stopped before a restart.
+                task.state = TaskState.FAILED
+                task.reason = ('not evacuated: evacuation of %s stopped '
+                               'before a restart' % self.host)
+                self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
+                           reason=task.reason)
             self.tasks[srv.id] = task
         for server_id in sorted(set(records) - set(self.tasks)):
             # Left the host already (rebuilt elsewhere) before a restart:
@@ -322,8 +355,8 @@ class EvacuationJob:
             recs = records[server_id]
             live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
                 r for r in recs if r.status in MIGRATION_DONE]
-            if not live:
-                continue  # every attempt failed: it is not ours to watch
+            if not live or marker_mod.short_id(server_id) in gave_up_ids:
+                continue  # every attempt failed, or given up: not ours
             self.tasks[server_id] = InstanceTask(
                 server_id=server_id, name=server_id, original_status=None,
                 state=TaskState.IN_FLIGHT, attempts=len(recs),
@@ -635,7 +668,8 @@ class EvacuationJob:
         budget = ctx.budget
         if not self._classified:
             records = self._records(env, ctx.snapshot)
-            self._classify(env, records, ctx.snapshot)
+            self._classify(env, records, ctx.snapshot,
+                           gave_up=ctx.gave_up, stopped=ctx.stopped)
             if self.strategy.tracks:
                 # Rebuilds found running (a resumed job) count against the
                 # cap the budget was computed without.
@@ -655,6 +689,8 @@ class EvacuationJob:
             for task in unanswered:
                 self._reconcile(env, task, records)
         self._stop_if_given_up(env)
+        if self._stopped is None:
+            self._record(ctx)
         if self._stopped is not None:
             for task in self._sorted():
                 if task.state is TaskState.PENDING:
@@ -685,10 +721,30 @@ class EvacuationJob:
                     task.not_before = None
                     self._start(env, task, ctx.snapshot, choose)
             except ports.PowerUnproven as exc:
+                self._record(ctx)
                 return dataclasses.replace(self.progress(),
                                            unproven=exc.reading)
             budget -= 1
+        self._record(ctx)
         return self.progress()
+
+    def _record(self, ctx: StepContext) -> None:
+        """Write what was given up, the moment it changes (see ``record``).
+
+        A restarted service reads it from the marker, so an instance
+        given up (a rebuild that timed out included, which leaves no
+        failed record) is never evacuated again, and a host whose
+        evacuation stopped (R12) stays stopped.
+        """
+        failed = tuple(sorted(marker_mod.short_id(t.server_id)
+                              for t in self.tasks.values()
+                              if t.state is TaskState.FAILED))
+        now = (failed, bool(failed) and (self.strategy.stop_on_failure or
+                                         self._recorded[1]))
+        if now == self._recorded or ctx.record is None or not failed:
+            return
+        ctx.record(*now)
+        self._recorded = now
 
     def _stop_if_given_up(self, env) -> None:
         """R12: once one instance is given up, evacuate nothing more.

@@ -110,10 +110,8 @@ class Marker:
         Only the free note is shortened to fit (the fields are what a
         resumed service needs).
         """
-        head = '%s:%s %s' % (PREFIX, self.state.value, format_ts(self.when))
-        if self.state is HostState.FAILED:
-            head += ' FAILED'
-        parts = [head] + ['%s=%s' % kv for kv in self.fields()]
+        parts = [self.render_head()] + ['%s=%s' % kv
+                                        for kv in self.fields()]
         text = ' '.join(parts)
         note = ' '.join(self.note.split())
         if note:
@@ -122,6 +120,30 @@ class Marker:
                 text += ' ' + (note if len(note) <= room
                                else note[:room - 3] + '...')
         return text[:MAX_LENGTH]
+
+    def fitted(self) -> 'Marker':
+        """This marker, with its fields within Nova's 255 characters.
+
+        Instance ids given up that do not fit are dropped and the marker
+        says ``stopped=yes`` instead: a resumed copy then starts nothing
+        more on the host (never an instance evacuated twice; the ones left
+        are the operator's, as for a FAILED host).
+        """
+        marker = self
+        while marker.gave_up and len(' '.join(
+                [marker.render_head()] + ['%s=%s' % kv
+                                          for kv in marker.fields()])
+                ) > MAX_LENGTH:
+            marker = dataclasses.replace(marker, gave_up=marker.gave_up[:-1],
+                                         stopped=True)
+        return marker
+
+    def render_head(self) -> str:
+        """The state and time stamp (and FAILED), without the fields."""
+        head = '%s:%s %s' % (PREFIX, self.state.value, format_ts(self.when))
+        if self.state is HostState.FAILED:
+            head += ' FAILED'
+        return head
 
     def __str__(self) -> str:
         return self.render()

@@ -221,7 +221,11 @@ class Steps(tick.Plumbing):
         wf.budget = budget
         ctx = evacuation.StepContext(
             env=self.env, snapshot=self.snapshot, budget=budget,
-            prove_off=None if aftercare else self._prover(wf))
+            prove_off=None if aftercare else self._prover(wf),
+            record=None if aftercare else (
+                lambda gave_up, stopped: self._record_give_ups(
+                    wf, gave_up, stopped)),
+            gave_up=wf.gave_up, stopped=wf.stopped)
         job = wf.job
 
         def done(progress):
@@ -239,6 +243,15 @@ class Steps(tick.Plumbing):
         # Aftercare only touches instances; the host itself has moved on
         # and its own steps hold the host lock.
         self._submit(wf, lambda: job.step(ctx), done, lock=not aftercare)
+
+    def _record_give_ups(self, wf: HostWorkflow, gave_up: tuple[str, ...],
+                         stopped: bool) -> None:
+        """Write the instances given up into the marker (job thread).
+
+        A resumed copy reads them there and evacuates none of them again.
+        """
+        wf.gave_up, wf.stopped = gave_up, stopped
+        self._mark(wf, S.EVACUATING)
 
     def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
         """Proof, read now, that ``wf.host`` runs nothing (job thread).

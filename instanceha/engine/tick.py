@@ -184,7 +184,10 @@ class Plumbing:
             fenced_at=(wf.since + workflow.MIGRATION_SLACK) if wf.since else None,
             spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
             recovery=wf.recovery or None,
-            note=note)
+            # What was given up matters while instances are evacuated.
+            gave_up=wf.gave_up if state is S.EVACUATING else (),
+            stopped=wf.stopped and state is S.EVACUATING,
+            note=note).fitted()
 
     def _ours(self, wf: HostWorkflow) -> model.Service:
         """The host's service, unless an operator took the host.

@@ -143,3 +143,8 @@ class HostWorkflow:
     recovery: str = ''
     #: The spare (if any) was enabled by this copy.
     spare_enabled: bool = False
+    #: Instances given up (marker short ids): never evacuated again, also
+    #: by a copy that resumes (they are in the marker).
+    gave_up: tuple[str, ...] = ()
+    #: The host's evacuation stopped at a give-up (R12, ``stop_host``).
+    stopped: bool = False

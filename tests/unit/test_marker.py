@@ -87,6 +87,28 @@ class TestMarker(testtools.TestCase):
             # Written back unchanged: the codec loses nothing.
             self.assertEqual(text, m.render())
 
+    def test_given_up_ids_that_do_not_fit_stop_the_host(self):
+        ids = tuple(marker.short_id('%032x' % i) for i in range(40))
+        m = Marker(state=S.EVACUATING, when=NOW, fenced_at=FENCED,
+                   spare='spare-host-with-a-long-name', recovery='r' * 36,
+                   gave_up=ids)
+        fitted = m.fitted()
+        text = fitted.render()
+        self.assertLessEqual(len(text), marker.MAX_LENGTH)
+        back = Marker.parse(text)
+        # Every id kept is whole, and the ones dropped are covered by
+        # stopped=yes (nothing pending is started any more).
+        self.assertTrue(back.stopped)
+        self.assertEqual(fitted.gave_up, back.gave_up)
+        self.assertEqual(ids[:len(back.gave_up)], back.gave_up)
+        self.assertGreater(len(back.gave_up), 0)
+
+    def test_given_up_ids_that_fit_are_all_kept(self):
+        ids = ('a' * 12, 'b' * 12)
+        m = Marker(state=S.EVACUATING, when=NOW, gave_up=ids).fitted()
+        self.assertEqual(ids, Marker.parse(m.render()).gave_up)
+        self.assertFalse(m.stopped)
+
     def test_unknown_fields_are_kept(self):
         text = 'instanceha:evacuating 2026-01-01T00:01:46Z later=v2 spare=s'
         m = Marker.parse(text)
