@@ -112,3 +112,19 @@ class TestSystemdUnits(testtools.TestCase):
         self.assertIn('--key-file ${CREDENTIALS_DIRECTORY}/%s' % name,
                       svc['ExecStart'][0])
         self.assertIn('instanceha-heartbeat-agent', svc['ExecStart'][0])
+
+    def test_agent_announces_before_what_the_drain_needs_stops(self):
+        # Stopping in reverse order of starting: the agent stops (and
+        # announces, and waits under the migrate policy) while libvirt,
+        # nova-compute and the bus still run.
+        from instanceha.cmd import heartbeat_agent
+        unit = read_unit(AGENT)
+        after = ' '.join(unit['Unit']['After']).split()
+        for needed in ('libvirtd.service', 'libvirt-guests.service',
+                       'nova-compute.service',
+                       'openstack-nova-compute.service', 'dbus.service'):
+            self.assertIn(needed, after)
+        args = heartbeat_agent.build_parser().parse_args(
+            ['--collector', '192.0.2.1', '--key-file', 'k'])
+        stop = _seconds(unit['Service']['TimeoutStopSec'][0])
+        self.assertGreater(stop, args.answer_timeout + args.drain_timeout)
