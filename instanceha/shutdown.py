@@ -118,6 +118,8 @@ class ShutdownHandler:
         """
         if not self._leads():
             return None
+        if self.conf.disabled:
+            return protocol.NOTED  # detect-only: nothing will be drained
         h = self._hosts.get(ann.host)
         if h is not None and (h.ann.boot_id, h.ann.kind) == (
                 ann.boot_id, ann.kind):
