@@ -1,0 +1,182 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""Process and instance failures on a real Nova.
+
+Real parts: nova (NovaPeer: API, conductor, scheduler, placement and
+fake-virt computes), IPMI BMCs driven by the real ipmitool, the real
+``instanceha-heartbeat-agent`` processes, the production engine and
+environment (the recovery tests' fixtures) and the real
+``instanceha-manage``.
+
+A dead nova-compute on a living host: the helper stops host1's compute
+service object (its heartbeats to Nova stop, its instances stay), while
+host1's heartbeat agent, a separate process, keeps beating.
+
+A crashed guest: the fake virt driver cannot crash by itself, so the
+helper does what the hypervisor does when qemu dies: the driver's record
+of the instance says shut down, and the compute manager is handed the
+hypervisor's "stopped" lifecycle event. Nova's own power-state sync then
+stops the instance in an admin context without a user, recording an
+instance action ``stop`` whose ``user_id`` is null: exactly what
+instanceha looks for, and what a user's stop never looks like.
+"""
+
+import socket
+import time
+
+from instanceha.engine import events
+from instanceha.engine import instance_failure as inst
+from tests.functional import test_heartbeat
+from tests.functional import test_heartbeat_e2e as e2e
+from tests.functional import test_recovery as rec
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class TestProcessFailure(test_heartbeat.HeartbeatFixture):
+
+    def test_dead_nova_compute_disabled_never_fenced_enabled_again(self):
+        port = free_udp_port()
+        cloud = self.useFixture(rec.Cloud(hosts=3, options={
+            'detection.detectors': ['nova', 'heartbeat'],
+            'heartbeat.key_file': self.key,
+            'heartbeat.listen_addresses': ['127.0.0.1'],
+            'heartbeat.port': port,
+            'heartbeat.timeout': 3,
+            'instance_failure.enabled': False,
+        }))
+        vm, = cloud.boot('host1')
+        for h in cloud.nova.hosts:
+            self.agent(h, [('127.0.0.1', port)], key=self.host_key(h),
+                       interval=0.3)
+        eng = self.useFixture(e2e.StartedEngine(cloud.config_file))
+        hb = eng.drivers.detectors[1]
+        rec.wait_for(lambda: all(hb.listener.record(h)
+                                 for h in cloud.nova.hosts),
+                     30, 'every agent heard by the service')
+
+        # nova-compute dies on host1; the host and its agent live on.
+        cloud.nova.control.kill('host1')
+        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
+                              '').startswith('instanceha:service_down'),
+                     60, 'host1 disabled with the service_down marker')
+        svc = cloud.service('host1')
+        self.assertEqual('disabled', svc.status)
+        self.assertFalse(svc.forced_down)
+        self.assertEqual(1, len(eng.record.named(events.PROCESS_FAILURE,
+                                                 'host1')))
+        cycles = eng.engine.cycles
+        rec.wait_for(lambda: eng.engine.cycles >= cycles + 3, 60,
+                     'three more cycles')
+        # Never fenced, never evacuated.
+        self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
+        self.assertEqual('on', cloud.bmc.power_state('host1'))
+        self.assertEqual('host1', cloud.server(vm).host)
+        self.assertEqual('ACTIVE', cloud.server(vm).status)
+
+        # nova-compute comes back: enabled again, the marker gone.
+        cloud.nova.control.revive('host1')
+        rec.wait_for(lambda: cloud.service('host1').status == 'enabled',
+                     60, 'host1 enabled again')
+        self.assertIsNone(cloud.service('host1').disabled_reason)
+        self.assertEqual(1, len(eng.record.named(events.PROCESS_RECOVERED,
+                                                 'host1')))
+        self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
+
+
+class TestInstanceFailure(rec.RecoveryTestBase):
+
+    def actions(self, cloud, server_id):
+        """Nova's instance actions, oldest first: (action, user_id)."""
+        found = cloud.client.instance_action.list(server_id)
+        found = sorted(found, key=lambda a: a.start_time)
+        return [(a.action, a.user_id) for a in found]
+
+    def crash(self, cloud, server_id):
+        host = cloud.server(server_id).host
+        cloud.nova.control.crash(server_id)
+        cloud.nova.wait_for_server(server_id, 'SHUTOFF', client=cloud.client)
+        return host
+
+    def active_again(self, cloud, server_id, stops):
+        """Wait until instanceha started it after crash number ``stops``."""
+        rec.wait_for(lambda: cloud.server(server_id).status == 'ACTIVE'
+                     and self.actions(cloud, server_id).count(
+                         ('stop', None)) == stops, rec.RECOVERY_TIMEOUT,
+                     'instance running again after crash %d' % stops)
+
+    def test_restart_then_relocate_then_error_user_stop_left_alone(self):
+        cloud = self.cloud(options={
+            'instance_failure.max_restart': 1,
+            'instance_failure.max_relocate': 1,
+            'instance_failure.stable_time': 600,
+        })
+        vm, = cloud.boot('host1', name='crashy')
+        mine, = cloud.boot('host2', name='users')
+        eng = self.engine(cloud)
+        rec.wait_for(lambda: eng.engine.cycles >= 1, 30, 'first cycle')
+
+        # A user's own stop is never undone.
+        cloud.stop_server(mine)
+        action, user = self.actions(cloud, mine)[-1]
+        self.assertEqual('stop', action)
+        self.assertIsNotNone(user)
+
+        # Crash 1: restarted in place, within two polls.
+        self.assertEqual('host1', self.crash(cloud, vm))
+        self.assertIn(('stop', None), self.actions(cloud, vm))
+        self.active_again(cloud, vm, 1)
+        self.assertEqual('host1', cloud.server(vm).host)
+        crashed = eng.record.named(events.INSTANCE_CRASHED)
+        self.assertEqual(['restart'], [c['next'] for c in crashed])
+
+        # Crash 2: max_restart reached: relocated by the scheduler.
+        self.crash(cloud, vm)
+        self.active_again(cloud, vm, 2)
+        self.assertNotEqual('host1', cloud.server(vm).host)
+        moved = [a for a, _u in self.actions(cloud, vm)]
+        self.assertIn('migrate', moved)
+        self.assertIn('confirmResize', moved)
+
+        # Crash 3: both limits reached: the error state.
+        self.crash(cloud, vm)
+        rec.wait_for(lambda: cloud.server(vm).status == 'ERROR',
+                     rec.RECOVERY_TIMEOUT, 'error state')
+        meta = cloud.client.servers.get(vm).metadata
+        self.assertIn('instances clear crashy-host1', meta[inst.ERROR_KEY])
+        self.assertEqual(
+            ['restart', 'relocate', 'error'],
+            [c['next'] for c in eng.record.named(events.INSTANCE_CRASHED)])
+        starts = [a for a, u in self.actions(cloud, vm) if a == 'start']
+        self.assertEqual(2, len(starts))  # one restart, one after the move
+
+        # Nothing more is tried, and the user's instance stayed stopped.
+        # (The instance loop reads every poll even while no full read
+        # happens: four polls of 2 s.)
+        time.sleep(4 * 2 + 1)
+        self.assertEqual('ERROR', cloud.server(vm).status)
+        self.assertEqual('SHUTOFF', cloud.server(mine).status)
+        self.assertEqual([], [c for c in eng.record.named(
+            events.INSTANCE_CRASHED) if c['server'] == 'users-host2'])
+
+        # Only an operator clears it.
+        out = rec.manage(cloud, 'instances', 'clear', vm)
+        self.assertIn('counters removed', out)
+        server = cloud.client.servers.get(vm)
+        self.assertEqual('SHUTOFF', server.status)
+        self.assertNotIn(inst.ERROR_KEY, server.metadata)
+        self.assertNotIn(inst.KEY, server.metadata)
