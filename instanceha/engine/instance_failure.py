@@ -36,6 +36,7 @@ Every Nova write passes the guarded cloud port.
 import dataclasses
 import datetime
 import logging
+import typing
 
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
@@ -152,7 +153,7 @@ class InstanceFailures:
 
     def tick(self, mono: float, snapshot: model.Snapshot | None,
              plan: plan_mod.Plan | None, busy, now: datetime.datetime,
-             paused: bool = False) -> None:
+             paused: bool | typing.Callable[[], bool] = False) -> None:
         """Every ``poll`` seconds: read the stopped servers and act.
 
         Runs on its own timer, not on the engine's full reads (those list
@@ -160,6 +161,10 @@ class InstanceFailures:
         a crashed guest changes no compute service. ``snapshot`` gives the
         services (kept fresh by the service watch) and the aggregates and
         images the filters need; ``busy`` the hosts in a workflow.
+        ``paused`` may be a callable, asked only when this cycle runs: the
+        engine's full reads (where the pause is otherwise read) may not
+        happen for a long time in a quiet cloud, and an operator's pause
+        must hold a restart from the moment it is set.
         """
         if not self.watching() or snapshot is None:
             return
@@ -170,6 +175,8 @@ class InstanceFailures:
         if servers is None:
             return
         view = dataclasses.replace(snapshot, servers=servers)
+        if callable(paused):
+            paused = paused()
         self.cycle(view, plan, now, paused, busy)
 
     def _read(self) -> tuple[model.Server, ...] | None:

@@ -178,8 +178,12 @@ class Engine(poll.Poll, steps.Steps):
                              self.plan,
                              frozenset(self._workflows),
                              self.env.clock.now(),
-                             paused=self.pause.active is not None)
+                             paused=self._paused_now)
         self._advance()
+
+    def _paused_now(self) -> bool:
+        """Read the operator's pause now (not only at full reads)."""
+        return self.pause.check() is not None
 
     def wait_hint(self) -> float:
         """Seconds until the compute services should be read again."""
