@@ -179,7 +179,8 @@ def loop(service: Service, conf) -> None:
     """Tick the engine until ``service.stop`` is set, observed."""
     runner.loop(service.engine, service.stop, interval=conf.tick_interval,
                 shutdown_timeout=conf.shutdown_timeout,
-                observers=service.observers)
+                observers=service.observers,
+                wake=getattr(service.executor, 'finished', None))
 
 
 def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
@@ -193,6 +194,9 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
     def on_signal(signum, _frame):
         LOG.info('received signal %d: stopping', signum)
         service.stop.set()
+        finished = getattr(service.executor, 'finished', None)
+        if finished is not None:
+            finished.set()  # the loop waits on it: stop at once
 
     # What SIGHUP re-reads besides the options: the fencing file, the
     # heartbeat keys.

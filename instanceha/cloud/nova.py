@@ -558,9 +558,7 @@ class NovaCloud(ports.CloudPort):
             servers_read = ports.select_hosts(hosts, services)
             servers = tuple(srv for host in sorted(servers_read)
                             for srv in self.list_servers(host))
-        # Aggregates matter only for hosts being decided.
-        aggregates = (self.list_aggregates() if aggregates and (
-            servers_read is None or servers_read) else ())
+        aggregates = self.list_aggregates() if aggregates else ()
         image_map = self.list_images() if images else {}
         migrations = (tuple(self.migrations(since=migrations_since))
                       if migrations_since is not None else ())
@@ -630,6 +628,22 @@ class NovaCloud(ports.CloudPort):
         found = self._call('get server %s' % server_id,
                            self.nova.servers.get, server_id)
         return _server(found.to_dict())
+
+    def changed_servers(self, since: datetime.datetime
+                        ) -> tuple[model.Server, ...]:
+        """Servers changed since ``since`` (our clock): one listing.
+
+        Nova lists deleted ones too (status DELETED): they are left out,
+        so that reading one alone says 404.
+        """
+        raw = self._pages('list servers changed since %s' % _iso(since),
+                          '/servers/detail', 'servers', 'servers_links',
+                          {'all_tenants': 1, 'changes-since': _iso(
+                              since - datetime.timedelta(
+                                  seconds=self.clock_skew or 0))})
+        unique = {s['id']: s for s in raw
+                  if (s.get('status') or '').upper() != 'DELETED'}
+        return tuple(_server(s) for s in unique.values())
 
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,

@@ -66,10 +66,10 @@ OPTS = [
     cfg.FloatOpt('aggregates_max_age', default=300.0, min=0.0,
                  max=86400,
                  help='Seconds a listing of the host aggregates is reused. '
-                      'Aggregates are read only when a host needs deciding '
-                      '(a failure, a recovery under way), and then only '
-                      'when the last listing is older than this; 0 reads '
-                      'them at every such read. A host added to or removed '
+                      'Aggregates are read with the full reads (made when '
+                      'a host needs deciding), and then only when the last '
+                      'listing is older than this; 0 reads them at every '
+                      'full read. A host added to or removed '
                       'from an aggregate is seen by a decision at most this '
                       'late.'),
     cfg.IntOpt('max_clock_skew', default=10, min=1, max=86400,

@@ -67,11 +67,19 @@ OPTS = [
                     'FAILED, disabled and forced down, for an operator; '
                     '"continue" gets more instances running elsewhere '
                     'first. Fire-and-forget always goes on.'),
-    cfg.BoolOpt('lock_instances', default=True,
+    cfg.BoolOpt('lock_instances', default=False,
                 help='Lock each instance against tenant actions while it is '
                      'evacuated, and unlock it afterwards (also on failure). '
                      'An instance that was already locked is left as it '
-                     'is.'),
+                     'is. Off by default: it costs two Nova calls per '
+                     'instance, and while an instance is being rebuilt '
+                     'Nova itself refuses a tenant\'s actions on it '
+                     '(reboot, stop, resize, migrate, rebuild: it has a '
+                     'task state); only delete goes through, which the '
+                     'evacuation counts as done. An instance '
+                     'that was ERROR or SHUTOFF is locked in either case: '
+                     'the lock\'s reason keeps the status to restore after '
+                     'its rebuild, also across a restart of the service.'),
     cfg.StrOpt('priority_key', default='instanceha:priority',
                help='Key holding an integer restart priority for the '
                     'orchestrated strategy (higher first; missing or '

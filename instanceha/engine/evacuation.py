@@ -39,6 +39,7 @@ import dataclasses
 import enum
 import logging
 import re
+import threading
 import typing
 
 from instanceha.engine import events
@@ -173,6 +174,53 @@ class Progress:
     unproven: ports.PowerReading | None = None
 
 
+class SharedListing:
+    """The evacuation records of every host being evacuated, read once.
+
+    The engine makes one per tick and hands it to every job it steps:
+    the first job that needs records lists them (one call, all source
+    hosts, since the oldest fence), the others filter that listing.
+    """
+
+    def __init__(self, cloud: ports.CloudPort, since):
+        self.cloud = cloud
+        #: The oldest fence time of the jobs sharing it (None: all).
+        self.since = since
+        self._lock = threading.Lock()
+        self._result: list[model.Migration] | None = None
+        self._error: Exception | None = None
+        self._servers: dict[str, model.Server] | None = None
+
+    def covers(self, since) -> bool:
+        """Whether the listing holds every record newer than ``since``."""
+        return self.since is None or (since is not None and
+                                      since >= self.since)
+
+    def __call__(self) -> list[model.Migration]:
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._result is None:
+                try:
+                    self._result = self.cloud.migrations(since=self.since)
+                except exceptions.InstanceHAError as exc:
+                    self._error = exc
+                    raise
+            return self._result
+
+    def servers(self) -> dict[str, model.Server]:
+        """Servers Nova changed since :attr:`since`, by id (one listing).
+
+        Asked only once a record says a rebuild ended, so it is read
+        after the records and shows those rebuilds' results.
+        """
+        with self._lock:
+            if self._servers is None:
+                self._servers = {s.id: s for s in
+                                 self.cloud.changed_servers(self.since)}
+            return self._servers
+
+
 @dataclasses.dataclass(frozen=True)
 class StepContext:
     env: ports.Environment
@@ -193,6 +241,9 @@ class StepContext:
     #: The marker says this host's evacuation was stopped (R12): nothing
     #: pending is started any more.
     stopped: bool = False
+    #: This tick's listing of evacuation records, shared by every job
+    #: (None: the job lists its own host's).
+    listing: SharedListing | None = None
 
 
 class Policy(typing.Protocol):
@@ -252,15 +303,20 @@ class EvacuationJob:
     def _emit(self, env, event, **details):
         env.events.emit(event, self.host, **details)
 
-    def _records(self, env, snapshot: model.Snapshot | None = None
+    def _records(self, env, snapshot: model.Snapshot | None = None,
+                 listing: 'SharedListing | None' = None
                  ) -> dict[str, list[model.Migration]]:
         out: dict[str, list[model.Migration]] = {}
         # Nova writes created_at on its own clock.
         since = (snapshot.nova_now(self.since)
                  if snapshot is not None and self.since is not None
                  else self.since)
-        for mig in env.cloud.migrations(source_host=self.host,
-                                        since=self.since):
+        if listing is not None and listing.covers(self.since):
+            found = [m for m in listing() if m.source_host == self.host]
+        else:
+            found = env.cloud.migrations(source_host=self.host,
+                                         since=self.since)
+        for mig in found:
             if mig.migration_type not in ('evacuation', None):
                 continue
             if (since is not None and mig.created_at is not None
@@ -465,7 +521,8 @@ class EvacuationJob:
 
     # -- one step ---------------------------------------------------------
 
-    def _check(self, env, task, records, snapshot) -> None:
+    def _check(self, env, task, records, snapshot,
+               read: Callable[[str], model.Server]) -> None:
         recs = records.get(task.server_id, [])
         timeout = self.strategy.timeout
         overdue = (task.started is not None and timeout and
@@ -483,7 +540,7 @@ class EvacuationJob:
             return
         if rec.status in MIGRATION_DONE:
             try:
-                server = env.cloud.get_server(task.server_id)
+                server = read(task.server_id)
             except exceptions.CloudError as exc:
                 if getattr(exc, 'status', None) != 404:
                     raise
@@ -567,10 +624,21 @@ class EvacuationJob:
             return target
         return choose
 
+    def _locks(self, task: InstanceTask) -> bool:
+        """Whether ``task``'s instance is locked while it is evacuated.
+
+        Always with ``lock_instances``; without it, only an instance whose
+        status must be restored after its rebuild (ERROR, SHUTOFF): the
+        lock's reason is where that status is kept, so that a service
+        restarted in the middle of the rebuild still restores it.
+        """
+        return self.strategy.lock_instances or task.original_status not in (
+            None, 'ACTIVE')
+
     def _start(self, env, task: InstanceTask, snapshot,
                choose: Callable[[InstanceTask], str | None] | None = None
                ) -> None:
-        if (self.strategy.lock_instances and not task.locked_by_us and
+        if (self._locks(task) and not task.locked_by_us and
                 not task.foreign_lock):
             env.cloud.set_server_lock(task.server_id, True, lock_reason(
                 self.host, task.original_status))
@@ -667,7 +735,7 @@ class EvacuationJob:
         records = None
         budget = ctx.budget
         if not self._classified:
-            records = self._records(env, ctx.snapshot)
+            records = self._records(env, ctx.snapshot, ctx.listing)
             self._classify(env, records, ctx.snapshot,
                            gave_up=ctx.gave_up, stopped=ctx.stopped)
             if self.strategy.tracks:
@@ -683,9 +751,10 @@ class EvacuationJob:
         unanswered = [t for t in self._sorted() if t.unanswered]
         if watching or unanswered:
             if records is None:
-                records = self._records(env, ctx.snapshot)
+                records = self._records(env, ctx.snapshot, ctx.listing)
+            read = self._reader(env, ctx)
             for task in watching:
-                self._check(env, task, records, ctx.snapshot)
+                self._check(env, task, records, ctx.snapshot, read)
             for task in unanswered:
                 self._reconcile(env, task, records)
         self._stop_if_given_up(env)
@@ -745,6 +814,21 @@ class EvacuationJob:
             return
         ctx.record(*now)
         self._recorded = now
+
+    def _reader(self, env, ctx: StepContext
+                ) -> Callable[[str], model.Server]:
+        """How a server whose rebuild ended is read.
+
+        From the tick's one bulk listing of changed servers; alone only
+        when it is missing from it.
+        """
+        def read(server_id: str) -> model.Server:
+            if ctx.listing is not None and ctx.listing.covers(self.since):
+                found = ctx.listing.servers().get(server_id)
+                if found is not None:
+                    return found
+            return env.cloud.get_server(server_id)
+        return read
 
     def _stop_if_given_up(self, env) -> None:
         """R12: once one instance is given up, evacuate nothing more.

@@ -18,6 +18,7 @@ BMC that takes a minute to answer never stalls detection of other hosts.
 
 from collections.abc import Callable
 import concurrent.futures
+import threading
 
 from instanceha.engine import ports
 
@@ -28,10 +29,15 @@ class ThreadPoolExecutor(ports.Executor):
     def __init__(self, workers: int):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix='instanceha-worker')
+        #: Set whenever a job finishes: the service loop ticks at once
+        #: instead of waiting for its interval.
+        self.finished = threading.Event()
 
     def submit(self, fn: Callable, *args, **kwargs
                ) -> concurrent.futures.Future:
-        return self._pool.submit(fn, *args, **kwargs)
+        fut = self._pool.submit(fn, *args, **kwargs)
+        fut.add_done_callback(lambda _: self.finished.set())
+        return fut
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop accepting jobs; with wait, let running ones finish."""

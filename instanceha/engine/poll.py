@@ -107,7 +107,16 @@ class Poll(tick.Plumbing):
             kwargs = decide.snapshot_needs(self.drivers)
         except (ImportError, AttributeError):
             pass
-        return self.env.cloud.snapshot(**kwargs)
+        # Servers only of the hosts being decided (see engine.reads): the
+        # workflows that still need their instances listed, and whatever
+        # the services of this very read show unhealthy.
+        listed = {h for h, wf in self._workflows.items()
+                  if wf.state in workflow.NEEDS_SERVERS}
+        return self._reads.snapshot(
+            self.env.cloud, extra=listed,
+            skip=set(self._workflows) - listed,
+            clock_skew=self.snapshot.clock_skew if self.snapshot else None,
+            **kwargs)
 
     def _cycle(self) -> None:
         self.cycles += 1

@@ -26,14 +26,16 @@ host is what this module avoids:
   (``needs_all_servers``) or a witness that cannot say whom it may fail
   gets the whole listing, as before;
 * aggregates are read at most every ``[detection] aggregates_max_age``
-  seconds, and only when some host is being decided (operators change
-  them rarely; a failure finds them at most that old);
+  seconds (operators change them rarely; a failure finds them at most
+  that old), and only in a full read, which a healthy cloud does not
+  make;
 * a host judged failed whose servers were not listed (a witness changed
   its mind between the listing and the plan) is left undecided by the
   planner until the next read lists them: never recovered with no
   instances.
 
-With every host healthy a full read is one small call (the services).
+With every host healthy a full read is one small call (the services),
+the aggregates being cached.
 """
 
 from collections.abc import Iterable
@@ -80,6 +82,10 @@ class FocusedReads:
         if any(getattr(f, 'needs_all_servers', False)
                for f in self.drivers.filters):
             return True
+        # A placement policy weighing every host's load (its instances).
+        if getattr(getattr(self.drivers, 'evacuation', None),
+                   'needs_all_servers', False):
+            return True
         now = self.clock.now()
         return any(getattr(d, 'suspects', None) is None or
                    d.suspects((), now) is None
@@ -87,7 +93,8 @@ class FocusedReads:
 
     def focus(self, services: tuple[model.Service, ...],
               now: datetime.datetime, clock_skew: float | None,
-              extra: Iterable[str] = ()) -> frozenset[str] | None:
+              extra: Iterable[str] = (),
+              skip: Iterable[str] = ()) -> frozenset[str] | None:
         """The hosts whose servers to list; None: every server."""
         if self.lists_everything():
             return None
@@ -96,6 +103,7 @@ class FocusedReads:
         hosts = set(watch.attention(snap, now, self.conf.delta))
         for det in self.drivers.detectors:
             hosts |= det.suspects(services, now) or frozenset()
+        hosts -= set(skip)
         hosts |= self.drivers.reservation.claimed()
         hosts |= set(extra)
         known = {s.host for s in services}
@@ -103,15 +111,17 @@ class FocusedReads:
 
     def snapshot(self, cloud: ports.CloudPort, extra: Iterable[str] = (),
                  clock_skew: float | None = None,
-                 **kwargs) -> model.Snapshot:
+                 skip: Iterable[str] = (), **kwargs) -> model.Snapshot:
         """A full read of ``cloud`` (``kwargs``: images, migrations).
 
         :param extra: hosts whose servers are listed whatever Nova says
             of them (the engine's workflows).
+        :param skip: hosts whose servers nobody needs, unhealthy as they
+            are (workflows past their evacuation).
         :param clock_skew: the latest known skew (Nova's time stamps in
             the services are judged by Nova's clock).
         """
-        extra = frozenset(extra)
+        extra, skip = frozenset(extra), frozenset(skip)
         mono = self.clock.monotonic()
         fresh = (self._aggregates is not None and
                  mono - self._aggregates_at < self._max_age())
@@ -121,15 +131,14 @@ class FocusedReads:
             # Judged by the services read in this same call, so a host
             # that fails between two reads is listed as soon as it shows.
             hosts = self.focus(services, self.clock.now(), clock_skew,
-                               extra) or frozenset()
+                               extra, skip) or frozenset()
             chosen.append(hosts)
             return hosts
 
         hosts = None if self.lists_everything() else select
         snap = cloud.snapshot(hosts=hosts, aggregates=not fresh, **kwargs)
         self.last_focus = chosen[0] if chosen else None
-        if snap.aggregates or (not fresh and (hosts is None or
-                                              snap.servers_read)):
+        if not fresh:
             self._aggregates = snap.aggregates
             self._aggregates_at = mono
         elif self._aggregates is not None:

@@ -55,6 +55,7 @@ start.
 from collections.abc import Callable
 import dataclasses
 
+from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import instance_failure
 from instanceha.engine import model
@@ -62,6 +63,7 @@ from instanceha.engine import pause as pause_mod
 from instanceha.engine import poll
 from instanceha.engine import ports
 from instanceha.engine import process_failure
+from instanceha.engine import reads
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
 from instanceha.engine import watch
@@ -115,6 +117,11 @@ class Engine(poll.Poll, steps.Steps):
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
         self._watch = watch.ServiceWatch(self._services_interval())
+        self._reads = reads.FocusedReads(conf, drivers, env.clock)
+        #: This tick's one listing of evacuation records (see _advance).
+        self._listing: evacuation.SharedListing | None = None
+        #: Monotonic time of each evacuation job's last step.
+        self._stepped: dict[str, float] = {}
         self.plan = None
         self.cycles = 0
         #: Polls that every host's health answered without a full read.
@@ -215,6 +222,13 @@ class Engine(poll.Poll, steps.Steps):
     def _advance(self) -> None:
         """Advance every workflow by at most one step (see steps.STEPS)."""
         now = self.env.clock.monotonic()
+        # One listing of evacuation records this tick for every host
+        # being evacuated or watched (read by the first job needing it).
+        since = [wf.since for wf in self._all()
+                 if (wf.state is S.EVACUATING or wf.host in self._aftercare)
+                 and wf.since is not None]
+        self._listing = evacuation.SharedListing(self.env.cloud,
+                                                 min(since, default=None))
         busy = sum(1 for wf in self._workflows.values()
                    if wf.state in workflow.BUSY_STATES)
         for host in sorted(self._workflows):

@@ -121,9 +121,13 @@ class Steps(tick.Plumbing):
             # enabled: a copy resuming in between enables the same spare,
             # none is ever lost from the pool.
             claimed = wf.spare or reservation.claim(wf.host, snapshot)
-            self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
+            if claimed is not None:
+                self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
             spare = self._reserve(wf, snapshot)
-            self._mark(wf, S.EVACUATING, spare=spare)
+            # Without a claim to record first, one write: forced down,
+            # disabled, marked evacuating.
+            self._mark(wf, S.EVACUATING, spare=spare, **(
+                {} if claimed is not None else {'forced_down': True}))
             return spare
 
         def done(spare):
@@ -206,6 +210,15 @@ class Steps(tick.Plumbing):
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
+        # At most one step a tick_interval: the service loop also wakes
+        # when a job finishes, which must not turn watching rebuilds
+        # into a busy loop of Nova calls.
+        key = ('aftercare ' if aftercare else '') + wf.host
+        mono = self.env.clock.monotonic()
+        last = self._stepped.get(key)
+        if last is not None and mono - last < self.conf.tick_interval:
+            return
+        self._stepped[key] = mono
         strategy = self.drivers.evacuation
         if wf.job is None:
             servers = list(wf.servers)
@@ -225,7 +238,7 @@ class Steps(tick.Plumbing):
             record=None if aftercare else (
                 lambda gave_up, stopped: self._record_give_ups(
                     wf, gave_up, stopped)),
-            gave_up=wf.gave_up, stopped=wf.stopped)
+            gave_up=wf.gave_up, stopped=wf.stopped, listing=self._listing)
         job = wf.job
 
         def done(progress):
@@ -315,6 +328,13 @@ class Steps(tick.Plumbing):
         else:
             note = ''
 
+        # Straight on to the power-on: no marker is written in between
+        # (the power-on job writes "waiting_up"); a copy resuming before
+        # that finds every rebuild ended and powers on again, which
+        # changes nothing.
+        straight = (not give_up and spare is None
+                    and not self.conf.leave_disabled and not wf.kdump)
+
         def finish():
             if release:
                 reservation.release(self.env, wf.host, spare, snapshot)
@@ -345,7 +365,12 @@ class Steps(tick.Plumbing):
                 self._transition(wf, S.EVACUATED,
                                  evacuated=len(progress.succeeded),
                                  failed=len(failed))
+                if straight:
+                    self._step_evacuated(wf)
 
+        if straight:
+            done(None)
+            return
         self._submit(wf, finish, done)
 
     def _step_evacuated(self, wf: HostWorkflow) -> None:
@@ -366,17 +391,52 @@ class Steps(tick.Plumbing):
                          lambda _: self._transition(wf, S.WAITING_UP,
                                                     kdump=True))
             return
-        self._submit(wf, lambda: self._mark(wf, S.POWERING_ON),
-                     lambda _: self._transition(wf, S.POWERING_ON))
+        if self._rebuilding(wf.host):
+            return
+        # No marker of its own: the power-on job writes waiting_up. A copy
+        # resuming before that finds "evacuated" (or "evacuating"), sees
+        # the rebuilds ended and powers on, which changes nothing.
+        self._transition(wf, S.POWERING_ON)
+        self._step_powering_on(wf)
+
+    def _rebuilding(self, host: str) -> bool:
+        """Whether rebuilds of ``host``'s instances may still be running.
+
+        A host is powered on only once they have all ended, in every
+        mode: a compute that starts while its instances are still being
+        rebuilt elsewhere may never complete their records, and Nova
+        then keeps the host forced down. Fire-and-forget moves on when
+        its calls are accepted; its rebuilds are watched (aftercare)
+        until they end.
+        """
+        return host in self._aftercare
 
     def _step_powering_on(self, wf: HostWorkflow) -> None:
+        if self._rebuilding(wf.host):
+            return
+        # Powered on only on a view of its service read since this step
+        # began (or last failed): an operator who took the host meanwhile
+        # (a reason of their own) is seen before its power changes.
+        since = max(wf.entered, wf.failed_at or wf.entered)
+        if self.snapshot is None or self.snapshot.taken_at < since:
+            return
         fencer = self.env.fencer
 
         def power_on():
             self._ours(wf)
             result = fencer.unfence(wf.host)
-            self._mark(wf, S.WAITING_UP)
-            return result
+            # Marked waiting_up and forced_down cleared in one write;
+            # should Nova refuse the clear, waiting_up clears it later.
+            try:
+                self._mark(wf, S.WAITING_UP, forced_down=False)
+            except workflow.OperatorTookOver:
+                raise
+            except exceptions.CloudError as exc:
+                LOG.info('host %s: forced_down not cleared yet: %s',
+                         wf.host, exc)
+                self._mark(wf, S.WAITING_UP)
+                return result, False
+            return result, True
 
         def done(result):
             if isinstance(result, Exception):
@@ -391,7 +451,11 @@ class Steps(tick.Plumbing):
                 self._emit(events.STEP_ERROR, wf.host,
                            state=wf.state.value, reason=wf.reason)
                 return
+            result, cleared = result
             self._transition(wf, S.WAITING_UP, level=result.level)
+            if cleared:
+                wf.cleared_at = self.env.clock.now()
+                self._emit(events.FORCED_DOWN_CLEARED, wf.host)
 
         self._submit(wf, self._catching(power_on, exceptions.FencingError),
                      done)

@@ -143,6 +143,7 @@ class Plumbing:
                     LOG.error('host %s: unexpected error in state %s',
                               wf.host, wf.state, exc_info=exc)
                 wf.retry_at = self.env.clock.monotonic() + wait
+                wf.failed_at = self.env.clock.now()
                 continue
             wf.step_errors = 0
             if on_done is not None:

@@ -49,6 +49,10 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
 #: the latest cycle's snapshot, never while Nova cannot be read.
 NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})
 
+#: States whose workflow still needs the host's servers listed.
+NEEDS_SERVERS = frozenset({S.SUSPECT, S.FENCING, S.FENCE_FAILED, S.FENCED,
+                           S.EVACUATING})
+
 #: Seconds before a step that raised is tried again (doubled while it
 #: keeps failing, up to ``poll``).
 STEP_RETRY = 5.0
@@ -148,3 +152,5 @@ class HostWorkflow:
     gave_up: tuple[str, ...] = ()
     #: The host's evacuation stopped at a give-up (R12, ``stop_host``).
     stopped: bool = False
+    #: When its latest step raised (clock.now()); None: never.
+    failed_at: datetime.datetime | None = None

@@ -194,6 +194,8 @@ class Server:
     project_id: str | None = 'demo'
     #: Hosts where the guest really runs (the truth, not Nova's view).
     running_on: set = dataclasses.field(default_factory=set)
+    #: Simulated time of Nova's last change of it (its updated_at).
+    changed_at: float = 0.0
 
 
 @dataclasses.dataclass
@@ -353,6 +355,7 @@ class World:
 
     def _changed(self, srv: Server) -> None:
         self._server_cache.pop(srv.id, None)
+        srv.changed_at = self.clock.t
 
     # --- physical events ------------------------------------------------
 
@@ -901,7 +904,6 @@ class SimCloud(ports.CloudPort):
                 on = sum(1 for s in servers if s.host == host)
                 self._call(max(1, math.ceil(on / PAGE)))
             self._call()  # the services
-        aggregates = aggregates and (read is None or bool(read))
         if aggregates:
             self._call()
         imgs = {}
@@ -978,6 +980,19 @@ class SimCloud(ports.CloudPort):
         self._call()
         self._faults('get_server', 'show server %s' % server_id)
         return self.world.server_model(self._server(server_id))
+
+    def changed_servers(self, since: datetime.datetime
+                        ) -> tuple[model.Server, ...]:
+        """Nova's servers?changes-since: one listing (of pages)."""
+        w = self.world
+        self._call()
+        self._faults('get_server', 'list servers changed since %s'
+                     % since.isoformat())
+        since -= datetime.timedelta(seconds=w.clock_skew)
+        found = tuple(w.server_model(s) for s in w.servers.values()
+                      if w.clock.at(s.changed_at) >= since)
+        self._call(max(1, math.ceil(len(found) / PAGE)) - 1)
+        return found
 
     def _migrations(self, server_id=None, source_host=None, since=None,
                     kind='evacuation'):

@@ -25,7 +25,9 @@ the same instances moved, in the same status, none left locked.
 
 import os
 import re
+import shutil
 
+import fixtures
 import testtools
 
 from instanceha.sim import runner
@@ -43,6 +45,11 @@ BASES = (
     'nova-evacuate-timeout',
     'on-instance-failure-stop-host',
 )
+
+#: Bases run again with instances locked only when their status must be
+#: restored (the default): the lock's reason is then the only record
+#: of that status across a restart.
+DEFAULT_LOCKING = ('r10-evacuable-states', 'nova-evacuate-timeout')
 
 #: Seconds between the crash (or stop) and the start.
 DOWN_FOR = 5.0
@@ -96,9 +103,22 @@ class TestRestartEverywhere(testtools.TestCase):
     """Generated below: one test per base scenario and kind of stop."""
 
 
-def _make_test(base: str, how: str):
+def default_locking(test: testtools.TestCase, base: str) -> str:
+    """A copy of the case ``base`` with ``lock_instances`` at its default."""
+    path = os.path.join(test.useFixture(fixtures.TempDir()).path, base)
+    shutil.copytree(os.path.join(CASES, base), path)
+    conf = os.path.join(path, 'instanceha.conf')
+    with open(conf) as f:
+        text = f.read()
+    with open(conf, 'w') as f:
+        f.write(text.replace('lock_instances = true\n', ''))
+    return path
+
+
+def _make_test(base: str, how: str, locking: bool = False):
     def test(self):
-        path = os.path.join(CASES, base)
+        path = (default_locking(self, base) if locking
+                else os.path.join(CASES, base))
         expected = run(path)
         self.assertEqual([], expected.violations)
         want = outcome(expected.lines)
@@ -138,3 +158,6 @@ for _base in BASES:
     for _how in ('crash', 'restart'):
         setattr(TestRestartEverywhere, 'test_%s_%s' % (
             _how, _base.replace('-', '_')), _make_test(_base, _how))
+for _base in DEFAULT_LOCKING:
+    setattr(TestRestartEverywhere, 'test_crash_%s_default_locking' % (
+        _base.replace('-', '_')), _make_test(_base, 'crash', locking=True))

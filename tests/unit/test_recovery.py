@@ -12,6 +12,7 @@
 
 """The recovery workflow on a small in-memory cloud (see the fakes)."""
 
+import dataclasses
 import logging
 
 import fixtures
@@ -69,12 +70,12 @@ class TestHappyPath(TestCase):
         self.assertEqual({}, rig.engine.host_states())
         self.assertEqual([('off', 'host1'), ('on', 'host1')],
                          rig.fencer.calls)
-        # Evacuate only after forced down + a marker (R10).
+        # Evacuate only after forced down + a marker (R10), one write.
         calls = [c[0] for c in rig.cloud.calls]
         first_evac = calls.index('evacuate')
         mark = rig.cloud.calls[calls.index('update_service')]
         self.assertLess(calls.index('update_service'), first_evac)
-        self.assertTrue(mark[3].startswith('instanceha:fenced '))
+        self.assertTrue(mark[3].startswith('instanceha:evacuating '))
         self.assertTrue(mark[4])
 
     def test_non_evacuable_status_left_alone_and_reported(self):
@@ -91,7 +92,7 @@ class TestHappyPath(TestCase):
         self.assertEqual('host2', rig.cloud.servers[ok].host)
 
     def test_instance_locked_by_its_owner_stays_locked(self):
-        rig = fakes.Rig()
+        rig = fakes.Rig(**{'evacuation.lock_instances': True})
         mine, = rig.cloud.boot('host1', 1)
         theirs, = rig.cloud.boot('host1', 1)
         rig.cloud.set_server_lock(theirs, True)
@@ -616,8 +617,7 @@ class TestResume(TestCase):
         self.assertEqual('enabled', rig.cloud.services['host1'].status)
 
     def test_restart_in_every_state_finishes_the_job(self):
-        for stop_at in ('evacuating', 'evacuated', 'powering_on',
-                        'waiting_up'):
+        for stop_at in ('evacuating', 'waiting_up'):
             rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
             vms = rig.cloud.boot('host1', 3)
             rig.run(2)
@@ -631,6 +631,30 @@ class TestResume(TestCase):
                                  (stop_at, vm))
                 self.assertFalse(rig.cloud.servers[vm].locked)
             self.assertEqual({}, rig.engine.host_states(), stop_at)
+            self.assertEqual('enabled', rig.cloud.services['host1'].status)
+
+    def test_markers_of_the_previous_version_are_adopted(self):
+        # It wrote "evacuated" and "powering_on" between the end of the
+        # rebuilds and the power-on; a restart finds them and goes on.
+        for written in ('evacuated', 'powering_on'):
+            rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+            vms = rig.cloud.boot('host1', 3)
+            rig.run(2)
+            rig.cloud.kill('host1')
+            rig.run_until(lambda: all(
+                rig.cloud.servers[v].host != 'host1' for v in vms), 40)
+            rig.restart()
+            svc = rig.cloud.services['host1']
+            rig.cloud.services['host1'] = dataclasses.replace(
+                svc, disabled_reason=svc.disabled_reason.replace(
+                    'instanceha:evacuating', 'instanceha:' + written))
+            self.assertEqual(S(written), marker_state(rig, 'host1'))
+            rig.run(30)
+            resumed = rig.events.named(events.HOST_RESUMED, 'host1')
+            self.assertEqual([{'state': written}], resumed)
+            for vm in vms:
+                self.assertEqual(1, len(rig.cloud.evacuations(vm)))
+            self.assertEqual({}, rig.engine.host_states(), written)
             self.assertEqual('enabled', rig.cloud.services['host1'].status)
 
     def test_killed_between_force_down_and_evacuating_marker(self):
@@ -665,11 +689,15 @@ class TestResume(TestCase):
         self.assertEqual(1, len(rig.cloud.evacuations(vm)))
 
     def test_fire_and_forget_restart_unlocks_rebuilt_instances(self):
-        rig = fakes.Rig()
+        rig = fakes.Rig(**{'evacuation.lock_instances': True})
         vms = rig.cloud.boot('host1', 2)
         rig.run(2)
         rig.cloud.kill('host1')
-        rig.run_until(lambda: marker_state(rig, 'host1') is S.POWERING_ON, 40)
+        # Calls accepted, rebuilds still running: the host waits for them
+        # (its marker still says evacuating).
+        rig.run_until(lambda: rig.engine.host_states().get('host1') in (
+            S.EVACUATED, S.POWERING_ON), 40)
+        self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
         # the previous process died before its aftercare unlocked them
         for vm in vms:
             rig.cloud.set_server_lock(vm, True)

@@ -86,7 +86,8 @@ class TestNovaFaults(testtools.TestCase):
         self.assertEqual({'host1': S.FAILED}, rig.engine.host_states())
 
     def test_failed_unlock_is_retried(self):
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                           'evacuation.lock_instances': True})
         vm, = rig.cloud.boot('host1', 1)
         rig.run(2)
         rig.cloud.kill('host1')

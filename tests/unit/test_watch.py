@@ -15,11 +15,15 @@
 import datetime
 import os
 import shutil
+import threading
+import time
 
 import fixtures
 import testtools
 
+from instanceha.engine import executor
 from instanceha.engine import model
+from instanceha.engine import runner as engine_runner
 from instanceha.engine import watch
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
@@ -93,3 +97,49 @@ class TestInTheSimulator(testtools.TestCase):
         when = float(fenced[0].split()[0])
         # Nova reports it down 60 s after its last heartbeat (t<=60).
         self.assertLessEqual(when, 122)
+
+
+class TestLoopPacing(testtools.TestCase):
+    """The service loop: a finished job or a due services read wakes it."""
+
+    class Engine(object):
+        def __init__(self, stop, hint=30.0):
+            self.ticks = []
+            self.stop = stop
+            self.hint = hint
+
+        def tick(self):
+            self.ticks.append(time.monotonic())
+            if len(self.ticks) >= 3:
+                self.stop.set()
+
+        def wait_hint(self):
+            return self.hint
+
+        def shutdown(self, timeout):
+            pass
+
+    def test_a_finished_job_wakes_the_loop(self):
+        pool = executor.ThreadPoolExecutor(1)
+        self.addCleanup(pool.shutdown)
+        stop = threading.Event()
+        engine = self.Engine(stop)
+        thread = threading.Thread(target=engine_runner.loop, args=(engine, stop),
+                                  kwargs={'interval': 30,
+                                          'shutdown_timeout': 0,
+                                          'wake': pool.finished})
+        started = time.monotonic()
+        thread.start()
+        for _ in range(3):
+            time.sleep(0.05)
+            pool.submit(lambda: None).result()
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        self.assertLess(time.monotonic() - started, 5)  # not 3 x 30 s
+
+    def test_the_next_services_read_wakes_the_loop(self):
+        stop = threading.Event()
+        engine = self.Engine(stop, hint=0.1)
+        started = time.monotonic()
+        engine_runner.loop(engine, stop, interval=30, shutdown_timeout=0)
+        self.assertLess(time.monotonic() - started, 5)

@@ -201,7 +201,11 @@ class HeartbeatDetector(base.Detector):
         return self.listener.stats() if self.listener is not None else {}
 
     def suspects(self, services, now) -> frozenset[str]:
-        """Hosts not heard within the timeout (or never heard)."""
+        """Hosts not heard within the timeout, or never heard.
+
+        Also hosts that announced a shutdown: a policy may fail them at
+        once.
+        """
         lst = self.listener
         if lst is None or lst.started_at is None or not lst.udp.running:
             return frozenset()  # blind: it says failed about nobody
@@ -209,7 +213,8 @@ class HeartbeatDetector(base.Detector):
         out = set()
         for svc in services:
             age = lst.age(svc.host)
-            if age is None or age > timeout:
+            if (age is None or age > timeout or
+                    self.announcement(svc.host) is not None):
                 out.add(svc.host)
         return frozenset(out)
 

@@ -39,6 +39,9 @@ class SpreadEvacuation(smart.SmartEvacuation):
     description = ('Place each instance on the least loaded host with room '
                    'in the failed host\'s failure domain first; tracked '
                    'like smart.')
+    #: It weighs every host by the instances Nova lists there: a full
+    #: read lists every server, not only the failed hosts'.
+    needs_all_servers = True
 
     @classmethod
     def get_properties(cls) -> dict[str, str]:
