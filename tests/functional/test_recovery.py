@@ -38,6 +38,7 @@ import testtools.content_type
 
 from instanceha import conf as ha_conf
 from instanceha.engine import events
+from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha.plugins import loader
 from instanceha import service as service_mod
@@ -192,7 +193,9 @@ class EngineRunner(fixtures.Fixture):
 
     def _loop(self):
         while not self.service.stop.is_set():
-            self.engine.tick()
+            # As the service's loop: the observers (the shutdown policy's
+            # handler) hear of every tick.
+            runner.tick_once(self.engine, self.service.observers)
             self.service.stop.wait(self.conf.tick_interval)
 
     def stop(self, clean=True):
