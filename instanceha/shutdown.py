@@ -128,12 +128,24 @@ class ShutdownHandler:
             h = None
             policy, _ = shutdown.policy_of(self.conf, self.engine.snapshot,
                                            ann.host)
-            action = shutdown.effective(policy, ann.kind)
+            action = self._action(policy, ann.kind)
         if action != shutdown.MIGRATE:
             return protocol.NOTED
         if h is None or h.drain in (None, 'running'):
             return protocol.DRAINING
         return protocol.DRAINED if h.drain == 'done' else protocol.NOTED
+
+    def _action(self, policy: str, kind: str) -> str:
+        """The policy's action; migrate freezes while instance HA is paused.
+
+        A pause holds everything new: no host is put into maintenance
+        and nothing is moved; a frozen host is still never fenced.
+        """
+        action = shutdown.effective(policy, kind)
+        pause = getattr(self.engine, 'pause', None)
+        if action == shutdown.MIGRATE and getattr(pause, 'active', None):
+            return shutdown.FREEZE
+        return action
 
     def _leads(self) -> bool:
         return bool(self.env.coordinator.is_leader()
@@ -214,7 +226,7 @@ class ShutdownHandler:
             policy, source = shutdown.policy_of(self.conf, snapshot, host)
             h = self._hosts[host] = _Host(
                 ann=ann, policy=policy, source=source,
-                action=shutdown.effective(policy, ann.kind))
+                action=self._action(policy, ann.kind))
             self._emit(events.SHUTDOWN_ANNOUNCED, host, kind=ann.kind,
                        policy=policy, origin=source, action=h.action)
         h.ann = ann
