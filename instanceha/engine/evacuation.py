@@ -36,6 +36,7 @@ valid host") rarely clears within a second.
 
 from collections.abc import Callable
 import dataclasses
+import datetime
 import enum
 import logging
 import re
@@ -290,6 +291,9 @@ class EvacuationJob:
         self.target = target
         #: Migration records older than this are not ours.
         self.since = since
+        #: The skew between our clock and Nova's when ``since`` was first
+        #: used (see _records).
+        self.since_skew: float | None = None
         self._servers = sorted(servers, key=lambda s: s.id)
         self.tasks: dict[str, InstanceTask] = {}
         self._classified = False
@@ -307,15 +311,23 @@ class EvacuationJob:
                  listing: 'SharedListing | None' = None
                  ) -> dict[str, list[model.Migration]]:
         out: dict[str, list[model.Migration]] = {}
+        ours = self.since
+        if snapshot is not None and ours is not None:
+            skew = snapshot.clock_skew or 0.0
+            if self.since_skew is None:
+                self.since_skew = skew
+            # Our clock may have been stepped since ``since`` was read from
+            # it (an NTP step, a skew that changed): move it by the change,
+            # so that it names the same moment of Nova's clock.
+            ours += datetime.timedelta(seconds=skew - self.since_skew)
         # Nova writes created_at on its own clock.
-        since = (snapshot.nova_now(self.since)
-                 if snapshot is not None and self.since is not None
-                 else self.since)
-        if listing is not None and listing.covers(self.since):
+        since = (snapshot.nova_now(ours)
+                 if snapshot is not None and ours is not None else ours)
+        if listing is not None and listing.covers(ours):
             found = [m for m in listing() if m.source_host == self.host]
         else:
             found = env.cloud.migrations(source_host=self.host,
-                                         since=self.since)
+                                         since=ours)
         for mig in found:
             if mig.migration_type not in ('evacuation', None):
                 continue

@@ -114,6 +114,8 @@ class Steps(tick.Plumbing):
         snapshot = self.snapshot
         reservation = self.drivers.reservation
         if wf.since is None:
+            wf.since_skew = (self.snapshot.clock_skew or 0.0
+                             if self.snapshot is not None else None)
             wf.since = self.env.clock.now() - workflow.MIGRATION_SLACK
 
         def mark():
@@ -230,6 +232,9 @@ class Steps(tick.Plumbing):
                 wf.host, servers,
                 target=self.drivers.reservation.evacuation_target(wf.spare),
                 since=wf.since)
+            # The skew when wf.since was read from our clock (see
+            # EvacuationJob._records).
+            wf.job.since_skew = wf.since_skew
         budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
         ctx = evacuation.StepContext(

@@ -154,3 +154,6 @@ class HostWorkflow:
     stopped: bool = False
     #: When its latest step raised (clock.now()); None: never.
     failed_at: datetime.datetime | None = None
+    #: The skew between our clock and Nova's when ``since`` was read from
+    #: our clock (None: unknown, e.g. resumed from a marker).
+    since_skew: float | None = None
