@@ -168,7 +168,11 @@ class TestHeartbeatServiceProcess(test_heartbeat.HeartbeatFixture):
                      'three more plans with host1 isolated')
         self.assertEqual('on', cloud.bmc.power_state('host1'))
         self.assertFalse(cloud.service('host1').forced_down)
-        self.assertEqual('enabled', cloud.service('host1').status)
+        # A process failure: disabled with our marker (nothing scheduled
+        # there), never fenced (doc/process-failure.md).
+        self.assertEqual('disabled', cloud.service('host1').status)
+        self.assertTrue(cloud.service('host1').disabled_reason.startswith(
+            'instanceha:service_down'))
         self.assertEqual('host1', cloud.server(vm).host)
 
         self.stop(agents['host1'])
