@@ -101,6 +101,9 @@ class ShutdownHandler:
         self.detector = detector
         self._run_all = run_all
         self._hosts: dict[str, _Host] = {}
+        #: host -> when we enabled it again: until a read newer than that,
+        #: the snapshot still shows our freeze (not an orphan to enable).
+        self._enabled: dict[str, datetime.datetime] = {}
         self._leader = False
 
     @property
@@ -170,8 +173,12 @@ class ShutdownHandler:
                 del self._hosts[host]
         for host in sorted(pending):
             self._one(listener, pending[host], snapshot)
+        for host, when in list(self._enabled.items()):
+            if snapshot.taken_at > when:
+                del self._enabled[host]
         for svc in snapshot.services:
-            if svc.host not in pending and shutdown.frozen(svc):
+            if (svc.host not in pending and svc.host not in self._enabled
+                    and shutdown.frozen(svc)):
                 self._orphan(listener, svc, shutdown.frozen(svc))
 
     def _harvest(self) -> None:
@@ -341,6 +348,8 @@ class ShutdownHandler:
         job = self._enable(h, svc)
 
         def done(_):
+            if job is not None:
+                self._enabled[h.ann.host] = self.env.clock.now()
             self._emit(events.SHUTDOWN_RETURNED, h.ann.host,
                        kind=h.ann.kind, after=after,
                        enabled=job is not None)
@@ -401,6 +410,7 @@ class ShutdownHandler:
 
         if back:
             self._submit(h, enable, lambda _: (
+                self._enabled.__setitem__(host, self.env.clock.now()),
                 self._emit(events.SHUTDOWN_RETURNED, host, kind=fr.kind,
                            after=int((now - fr.since).total_seconds()),
                            enabled=True),
@@ -411,6 +421,7 @@ class ShutdownHandler:
             self._emit(events.SHUTDOWN_OVERDUE, host, kind=fr.kind,
                        silent=int((now - fr.since).total_seconds()))
             self._submit(h, enable, lambda _: (
+                self._enabled.__setitem__(host, self.env.clock.now()),
                 self._move(h, S.HEALTHY, reason=(
                     'not back within [shutdown] return_timeout: judged '
                     'like any host from now on')),
