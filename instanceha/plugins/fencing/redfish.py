@@ -30,6 +30,8 @@ from typing import Any
 
 from instanceha.plugins.fencing import base
 
+_SUSHY_IMPORT = threading.Lock()
+
 LOG = logging.getLogger(__name__)
 
 _REFUSED = (400, 409)
@@ -95,8 +97,13 @@ class RedfishFencing(base.FencingDriver):
     # -- connection -----------------------------------------------------------
 
     def _connect(self, deadline: float):
-        import sushy
-        from sushy import connector
+        # sushy is imported on first use; two hosts validated or fenced
+        # in parallel threads must not import it at once (its modules
+        # import each other, and a second thread would see one of them
+        # half-initialised).
+        with _SUSHY_IMPORT:
+            import sushy
+            from sushy import connector
 
         verify: Any = self.params['verify']
         if verify and self.params.get('ca_file'):
