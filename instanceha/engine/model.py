@@ -202,3 +202,13 @@ class Snapshot:
 
     def aggregates_of(self, host: str) -> tuple[Aggregate, ...]:
         return self._aggregates_by_host.get(host, ())
+
+    def zone_of(self, host: str) -> str | None:
+        """The host's availability zone: its service's, else an aggregate's."""
+        svc = self.service(host)
+        if svc is not None and svc.zone:
+            return svc.zone
+        for agg in self.aggregates_of(host):
+            if agg.availability_zone:
+                return agg.availability_zone
+        return None

@@ -141,7 +141,7 @@ class PlacementView:
         """The failed host's availability zone."""
         if self.snapshot is None:
             return None
-        return _zone(self.failed_host, self.snapshot)
+        return self.snapshot.zone_of(self.failed_host)
 
     @functools.cached_property
     def hosts(self) -> Mapping[str, HostRoom]:
@@ -174,7 +174,7 @@ class PlacementView:
                 total = room = None
                 used = ours
             mine = frozenset(a.name for a in snapshot.aggregates_of(svc.host))
-            its_zone = _zone(svc.host, snapshot)
+            its_zone = snapshot.zone_of(svc.host)
             if mine & self.failed_aggregates:
                 closeness = SAME_AGGREGATE
             elif self.failed_zone is not None and its_zone == self.failed_zone:
@@ -212,16 +212,6 @@ class PlacementView:
         skip = set(exclude)
         return [self.hosts[h] for h in sorted(self.hosts)
                 if h not in skip and self.fits(h, server_id)]
-
-
-def _zone(host: str, snapshot: model.Snapshot) -> str | None:
-    svc = snapshot.service(host)
-    if svc is not None and svc.zone:
-        return svc.zone
-    for agg in snapshot.aggregates_of(host):
-        if agg.availability_zone:
-            return agg.availability_zone
-    return None
 
 
 def build(snapshot: model.Snapshot | None, failed_host: str, *,

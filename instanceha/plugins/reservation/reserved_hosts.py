@@ -62,21 +62,11 @@ class ReservedHosts(base.ReservationStrategy):
             service.host in opts.reserved_hosts or
             (service.disabled_reason or '').startswith(opts.reserved_reason))
 
-    @staticmethod
-    def _zone(host: str, snapshot: model.Snapshot) -> str | None:
-        svc = snapshot.service(host)
-        if svc is not None and svc.zone:
-            return svc.zone
-        for agg in snapshot.aggregates_of(host):
-            if agg.availability_zone:
-                return agg.availability_zone
-        return None
-
     def candidates(self, failed_host: str,
                    snapshot: model.Snapshot) -> list[str]:
         """Usable spares for ``failed_host``, best first."""
         aggs = {a.id for a in snapshot.aggregates_of(failed_host)}
-        zone = self._zone(failed_host, snapshot)
+        zone = snapshot.zone_of(failed_host)
         ranked = []
         for svc in snapshot.services:
             if (svc.host == failed_host or not self.is_spare(svc) or
@@ -85,8 +75,7 @@ class ReservedHosts(base.ReservationStrategy):
                 continue
             if aggs & {a.id for a in snapshot.aggregates_of(svc.host)}:
                 rank = 0
-            elif zone is not None and self._zone(svc.host,
-                                                 snapshot) == zone:
+            elif zone is not None and snapshot.zone_of(svc.host) == zone:
                 rank = 1
             elif self.conf.reservation.same_domain_only:
                 continue
