@@ -36,11 +36,25 @@ The rules every action follows:
 * A host that fails as a whole later (its heartbeat stops too) is
   planned like any other failed host; the recovery's marker replaces
   ours.
+* One disable per episode, and an operator's enable ends the episode.
+  The episode's record is our marker in Nova: a host carrying it is ours
+  (also for a restarted copy or a new leader, which adopt it). When the
+  marker goes while nova-compute is still down (an operator enabled the
+  host, or replaced our reason), the episode is the operator's: nothing
+  disables the host again until its nova-compute has been seen up.
+  Nova clears ``disabled_reason`` on an enable, so what is left after it
+  is an enabled isolated host: a copy disables such a host only if it
+  saw its nova-compute up itself (since it started or became leader).
+  A copy that never did cannot tell a failure it missed from an episode
+  an operator ended, and leaves the host enabled (it says so, with the
+  ``process_failure_held`` event): an operator's word is never undone on
+  a guess.
 """
 
 import datetime
 import logging
 
+from instanceha.engine import decide
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
@@ -54,6 +68,15 @@ LOG = logging.getLogger(__name__)
 #: The marker's note: what happened and what happens next.
 NOTE = ('nova-compute down while the host is alive (its heartbeat); '
         'enabled again when nova-compute reports up')
+
+#: Why an isolated host is left enabled (the held event's reasons).
+ENDED_BY_OPERATOR = ('enabled by someone else during this nova-compute '
+                     'outage (their decision wins): left enabled until '
+                     'nova-compute has reported up again')
+NOT_SEEN_UP = ('nova-compute already down when this copy first read '
+               'it (an operator may have enabled the host on purpose): '
+               'left enabled; disable it by hand if it should take no '
+               'new instances')
 
 
 def ours(service: model.Service | None) -> marker_mod.Marker | None:
@@ -79,7 +102,25 @@ class ProcessFailures:
     def __init__(self, conf, env: ports.Environment):
         self.conf = conf
         self.env = env
-        self._held: tuple = ()
+        self._held: dict[str, tuple] = {}
+        #: Hosts whose nova-compute this copy saw up since it last led
+        #: and whose outage, if any, nobody else has ended: only these
+        #: may be disabled.
+        self._armed: set[str] = set()
+        #: Hosts that carried our marker at the previous cycle.
+        self._marked: set[str] = set()
+        #: Hosts out of scope at the previous cycle (someone else's
+        #: disable; instanceha's own reasons aside).
+        self._foreign: set[str] = set()
+        #: Isolated hosts whose outage someone else ended (an enable).
+        self._ended: set[str] = set()
+
+    def forget(self) -> None:
+        """This copy stopped leading: what it saw may be stale."""
+        self._armed.clear()
+        self._marked.clear()
+        self._foreign.clear()
+        self._ended.clear()
 
     def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan,
               now: datetime.datetime, paused: bool = False) -> None:
@@ -88,13 +129,20 @@ class ProcessFailures:
             return
         self._enable_returned(snapshot, plan, now)
         decisions = {d.host: d for d in plan.decisions}
+        self._episodes(snapshot, decisions)
         isolated = sorted(
             h for h, d in decisions.items()
             if d.decision is plan_mod.Decision.ISOLATED)
-        new = [h for h in isolated
-               if not snapshot.service(h).disabled]
+        candidates = [h for h in isolated
+                      if not snapshot.service(h).disabled]
+        new = [h for h in candidates if h in self._armed]
+        self._report('operator', tuple(
+            h for h in candidates if h in self._ended), ENDED_BY_OPERATOR)
+        self._report('unseen', tuple(
+            h for h in candidates
+            if h not in self._armed and h not in self._ended), NOT_SEEN_UP)
         if paused:
-            self._report(tuple(new), 'instance HA is paused')
+            self._report('hold', tuple(new), 'instance HA is paused')
             return
         monitored = [d for d in plan.decisions
                      if d.decision is not plan_mod.Decision.IGNORED]
@@ -103,23 +151,61 @@ class ProcessFailures:
         if (new and threshold and len(isolated) > 1 and
                 len(isolated) * 100 >
                 threshold * max(1, len(monitored))):
-            self._report(tuple(new), 'partition: %d of %d monitored hosts '
-                         'isolated is above [process_failure] threshold '
-                         '(%d%%); no compute service is disabled'
+            self._report('hold', tuple(new), 'partition: %d of %d '
+                         'monitored hosts isolated is above '
+                         '[process_failure] threshold (%d%%); no compute '
+                         'service is disabled'
                          % (len(isolated), len(monitored), threshold))
             return
         cap = int(_opt(self.conf, 'max_per_cycle', 5))
         for host in new[:cap]:
             self._disable(snapshot.service(host), decisions[host], now)
-        self._report(tuple(new[cap:]), 'cap of %d per cycle '
+        self._report('hold', tuple(new[cap:]), 'cap of %d per cycle '
                      '([process_failure] max_per_cycle); next cycle' % cap)
 
-    def _report(self, hosts: tuple, reason: str = '') -> None:
+    def _episodes(self, snapshot: model.Snapshot, decisions: dict) -> None:
+        """Follow each host's outage: whose it is, and whether it is over.
+
+        Armed: nova-compute seen up (every witness says alive). Disarmed:
+        our marker went while nova-compute is still down, or an isolated
+        host someone else had disabled is enabled again -- in both cases
+        the host's compute service is someone else's decision now.
+        """
+        ended = self._ended
+        marked, foreign = set(), set()
+        for svc in snapshot.services:
+            host = svc.host
+            d = decisions.get(host)
+            alive = d is not None and d.verdict == decide.ALIVE
+            if ours(svc) is not None:
+                marked.add(host)
+                self._armed.discard(host)
+                ended.discard(host)
+            elif svc.disabled:
+                if not (svc.disabled_reason or '').startswith(
+                        marker_mod.PREFIX):
+                    foreign.add(host)
+            elif not alive and (host in self._marked or
+                                host in self._foreign):
+                if host in self._armed or host in self._marked:
+                    LOG.warning(
+                        'process failure on %s: its compute service was '
+                        'enabled by someone else while nova-compute is '
+                        'still down; instanceha leaves it enabled until '
+                        'nova-compute has reported up again', host)
+                self._armed.discard(host)
+                ended.add(host)
+            if alive:
+                self._armed.add(host)
+                ended.discard(host)
+        self._marked, self._foreign = marked, foreign
+
+    def _report(self, kind: str, hosts: tuple, reason: str = '') -> None:
         """Say once per change which isolated hosts are held, and why."""
         key = (hosts, reason) if hosts else ()
-        if key == self._held:
+        if key == self._held.get(kind, ()):
             return
-        self._held = key
+        self._held[kind] = key
         if hosts:
             self.env.events.emit(events.PROCESS_FAILURE_HELD, hosts=hosts,
                                  reason=reason)

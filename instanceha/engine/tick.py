@@ -74,6 +74,9 @@ class Plumbing:
                     # healthy when we last led: a marker another copy
                     # left is only seen there.
                     self._watch.seen = None
+                    # Nor does it know who changed a compute service in
+                    # the meantime (process failures).
+                    self._process.forget()
                 self._emit(events.LEADER)
             else:
                 self._emit(events.NOT_LEADER)
