@@ -420,6 +420,8 @@ class NovaCloud(ports.CloudPort):
                     nxt = link.get('href')
             if not nxt or not page:
                 return items
+            # Every value of a repeated parameter (status=A&status=B) is
+            # kept for the next page.
             query = dict(parse.parse_qsl(parse.urlsplit(nxt).query))
             marker = query.get('marker')
             if not marker or marker in seen_markers:
@@ -546,9 +548,16 @@ class NovaCloud(ports.CloudPort):
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None,
                  hosts: ports.HostSelector | None = None,
-                 aggregates: bool = True) -> model.Snapshot:
+                 aggregates: bool = True,
+                 services: model.Snapshot | None = None) -> model.Snapshot:
         taken_at = datetime.datetime.now(datetime.timezone.utc)
-        services = self.list_services()
+        skew = None
+        if services is not None:
+            # Read just now by the caller: not listed again.
+            taken_at, skew = services.taken_at, services.clock_skew
+            services = services.services
+        else:
+            services = self.list_services()
         servers_read = None
         if hosts is None:
             servers = self.list_servers()
@@ -566,7 +575,8 @@ class NovaCloud(ports.CloudPort):
         snap = model.Snapshot(taken_at=taken_at, services=services,
                               servers=servers, aggregates=aggregates,
                               images=image_map, migrations=migrations,
-                              clock_skew=self.clock_skew,
+                              clock_skew=(self.clock_skew if skew is None
+                                          else skew),
                               servers_read=servers_read)
         LOG.debug('snapshot: %d compute services, %d servers, %d '
                   'aggregates, %d images, %d evacuation records; %d API '

@@ -75,6 +75,7 @@ class Poll(tick.Plumbing):
             snap = w.read(self.env.cloud, mono)
             if snap is None:
                 return poll_due  # the full read reports Nova's trouble
+            self._services_read = (mono, snap)
             self.snapshot = dataclasses.replace(
                 self.snapshot, services=snap.services,
                 taken_at=snap.taken_at, clock_skew=snap.clock_skew)
@@ -111,12 +112,39 @@ class Poll(tick.Plumbing):
         # workflows that still need their instances listed, and whatever
         # the services of this very read show unhealthy.
         listed = {h for h, wf in self._workflows.items()
-                  if wf.state in workflow.NEEDS_SERVERS}
+                  if self._needs_servers(wf)}
         return self._reads.snapshot(
             self.env.cloud, extra=listed,
             skip=set(self._workflows) - listed,
             clock_skew=self.snapshot.clock_skew if self.snapshot else None,
-            **kwargs)
+            services=self._services_this_tick(), **kwargs)
+
+    @staticmethod
+    def _needs_servers(wf: HostWorkflow) -> bool:
+        """Whether a full read lists the servers of ``wf``'s host again.
+
+        A host is read once when it is decided; its workflow keeps what
+        was listed then (``wf.servers``) and its evacuation job learns
+        the rest from Nova's migration records. Only a host judged again
+        every cycle (suspect, fence_failed) and a resumed workflow whose
+        job has not begun (it starts from the plan's listing) need them
+        listed each time.
+        """
+        if wf.state not in workflow.NEEDS_SERVERS:
+            return False
+        return (wf.state in workflow.NEEDS_FRESH_PLAN or
+                (wf.resumed and wf.job is None))
+
+    def _services_this_tick(self) -> model.Snapshot | None:
+        """The services read in this very tick, or None.
+
+        A full read in the same tick uses them instead of listing them
+        again (see :meth:`_full_read_due`).
+        """
+        read = self._services_read
+        if read is None or read[0] != self.env.clock.monotonic():
+            return None
+        return read[1]
 
     def _cycle(self) -> None:
         self.cycles += 1

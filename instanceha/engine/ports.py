@@ -61,7 +61,8 @@ class CloudPort(abc.ABC):
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None,
                  hosts: 'HostSelector | None' = None,
-                 aggregates: bool = True) -> model.Snapshot:
+                 aggregates: bool = True,
+                 services: model.Snapshot | None = None) -> model.Snapshot:
         """Read the cloud in a number of calls that does not grow with it.
 
         :param images: also read the images the servers use (for image
@@ -75,6 +76,9 @@ class CloudPort(abc.ABC):
             found failed by this very read has its servers read too.
         :param aggregates: False leaves the aggregates out (the caller
             keeps them cached).
+        :param services: the compute services as the caller read them
+            just now (:meth:`read_services`): not listed again; the
+            snapshot is taken when they were.
         """
 
     def read_services(self) -> model.Snapshot:

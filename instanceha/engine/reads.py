@@ -35,7 +35,9 @@ host is what this module avoids:
   instances.
 
 With every host healthy a full read is one small call (the services),
-the aggregates being cached.
+the aggregates being cached; none at all when the services were read in
+the same tick (the engine's frequent services read), so a host in
+recovery costs Nova nothing per poll once its servers were listed.
 """
 
 from collections.abc import Iterable
@@ -111,7 +113,9 @@ class FocusedReads:
 
     def snapshot(self, cloud: ports.CloudPort, extra: Iterable[str] = (),
                  clock_skew: float | None = None,
-                 skip: Iterable[str] = (), **kwargs) -> model.Snapshot:
+                 skip: Iterable[str] = (),
+                 services: model.Snapshot | None = None,
+                 **kwargs) -> model.Snapshot:
         """A full read of ``cloud`` (``kwargs``: images, migrations).
 
         :param extra: hosts whose servers are listed whatever Nova says
@@ -120,6 +124,9 @@ class FocusedReads:
             are (workflows past their evacuation).
         :param clock_skew: the latest known skew (Nova's time stamps in
             the services are judged by Nova's clock).
+        :param services: the compute services read just now (this tick):
+            not listed again, so a read that lists no server and no
+            aggregate costs Nova nothing.
         """
         extra, skip = frozenset(extra), frozenset(skip)
         mono = self.clock.monotonic()
@@ -136,6 +143,8 @@ class FocusedReads:
             return hosts
 
         hosts = None if self.lists_everything() else select
+        if services is not None:
+            kwargs['services'] = services
         snap = cloud.snapshot(hosts=hosts, aggregates=not fresh, **kwargs)
         self.last_focus = chosen[0] if chosen else None
         if not fresh:

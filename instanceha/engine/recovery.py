@@ -117,6 +117,8 @@ class Engine(poll.Poll, steps.Steps):
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
         self._watch = watch.ServiceWatch(self._services_interval())
+        #: (monotonic time, snapshot) of the latest services read alone.
+        self._services_read: tuple[float, model.Snapshot] | None = None
         self._reads = reads.FocusedReads(conf, drivers, env.clock)
         #: This tick's one listing of evacuation records (see _advance).
         self._listing: evacuation.SharedListing | None = None

@@ -885,25 +885,33 @@ class SimCloud(ports.CloudPort):
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None,
                  hosts: ports.HostSelector | None = None,
-                 aggregates: bool = True) -> model.Snapshot:
+                 aggregates: bool = True,
+                 services: model.Snapshot | None = None) -> model.Snapshot:
         w = self.world
+        # A fault of kind snapshot fails the full read, also one that
+        # lists nothing itself (its services read just now).
         self._faults('snapshot', 'list compute services')
-        services = tuple(w.service_model(h) for h in w.hosts.values()
-                         if h.name not in w.deleted_services)
+        taken_at, skew = w.local(w.clock.t), w.clock_skew
+        if services is not None:
+            taken_at, skew = services.taken_at, services.clock_skew
+            listed = services.services
+        else:
+            self._call()  # the services
+            listed = tuple(w.service_model(h) for h in w.hosts.values()
+                           if h.name not in w.deleted_services)
         every = tuple(w.server_model(s) for s in w.servers.values()
                       if s.host is not None)
         read = None
         if hosts is None:
             servers = every
-            self._call(1 + max(1, math.ceil(len(w.servers) / PAGE)))
+            self._call(max(1, math.ceil(len(w.servers) / PAGE)))
         else:
             # Nova's servers?host=X: one listing (of pages) per host.
-            read = ports.select_hosts(hosts, services)
+            read = ports.select_hosts(hosts, listed)
             servers = tuple(s for s in every if s.host in read)
             for host in read:
                 on = sum(1 for s in servers if s.host == host)
                 self._call(max(1, math.ceil(on / PAGE)))
-            self._call()  # the services
         if aggregates:
             self._call()
         imgs = {}
@@ -916,12 +924,13 @@ class SimCloud(ports.CloudPort):
         if migrations_since is not None:
             self._call()
             migs = tuple(self._migrations(since=migrations_since))
-        # Taken at by our clock; the skew as Nova's Date header tells it.
+        # Taken at by our clock (when the services were read); the skew as
+        # Nova's Date header tells it.
         return model.Snapshot(
-            taken_at=w.local(w.clock.t),
-            services=services, servers=servers,
+            taken_at=taken_at,
+            services=listed, servers=servers,
             aggregates=tuple(w.aggregates.values()) if aggregates else (),
-            images=imgs, migrations=migs, clock_skew=w.clock_skew,
+            images=imgs, migrations=migs, clock_skew=skew,
             servers_read=read)
 
     def read_services(self) -> model.Snapshot:
@@ -934,8 +943,9 @@ class SimCloud(ports.CloudPort):
         w = self.world
         self._call()
         self._faults('services', 'list compute services', any_too=False)
+        # Taken at by our clock, like a full read (not Nova's).
         return model.Snapshot(
-            taken_at=w.clock.now(),
+            taken_at=w.local(w.clock.t),
             services=tuple(w.service_model(h) for h in w.hosts.values()
                            if h.name not in w.deleted_services),
             clock_skew=w.clock_skew)
