@@ -408,7 +408,7 @@ class NovaCloud(ports.CloudPort):
                params: dict, **kwargs) -> list[dict]:
         """Every item of a paginated listing, following the next links."""
         items: list[dict] = []
-        params = dict(params, limit=self.conf.nova.page_size)
+        first = params = dict(params, limit=self.conf.nova.page_size)
         seen_markers = set()
         while True:
             body = self._get(what, url, params=params, **kwargs)
@@ -420,14 +420,15 @@ class NovaCloud(ports.CloudPort):
                     nxt = link.get('href')
             if not nxt or not page:
                 return items
-            # Every value of a repeated parameter (status=A&status=B) is
-            # kept for the next page.
-            query = dict(parse.parse_qsl(parse.urlsplit(nxt).query))
-            marker = query.get('marker')
+            # Only the marker is taken from the next link: Nova writes the
+            # request's filters into it with a repeated one (status=A&
+            # status=B) cut down to its last value.
+            query = parse.parse_qs(parse.urlsplit(nxt).query)
+            marker = (query.get('marker') or [None])[-1]
             if not marker or marker in seen_markers:
                 return items
             seen_markers.add(marker)
-            params = dict(query, limit=self.conf.nova.page_size)
+            params = dict(first, marker=marker)
 
     # -- snapshot ---------------------------------------------------------
 
@@ -452,13 +453,16 @@ class NovaCloud(ports.CloudPort):
         return tuple(_server(s) for s in unique.values())
 
     def stopped_servers(self) -> tuple[model.Server, ...]:
-        """SHUTOFF and VERIFY_RESIZE servers: one filtered listing each."""
-        found: dict[str, model.Server] = {}
-        for status in ('SHUTOFF', 'VERIFY_RESIZE'):
-            raw = self._pages('list %s servers' % status, '/servers/detail',
-                              'servers', 'servers_links',
-                              {'all_tenants': 1, 'status': status})
-            found.update((s['id'], _server(s)) for s in raw)
+        """SHUTOFF and VERIFY_RESIZE servers: one filtered listing.
+
+        Nova takes the ``status`` filter repeated (``status=SHUTOFF&
+        status=VERIFY_RESIZE``, any of them) in one request.
+        """
+        raw = self._pages('list SHUTOFF and VERIFY_RESIZE servers',
+                          '/servers/detail', 'servers', 'servers_links',
+                          {'all_tenants': 1,
+                           'status': ['SHUTOFF', 'VERIFY_RESIZE']})
+        found = {s['id']: _server(s) for s in raw}
         return tuple(found[k] for k in sorted(found))
 
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:

@@ -1084,7 +1084,7 @@ class SimCloud(ports.CloudPort):
             for a in reversed(w.instance_actions.get(srv.id, []))]
 
     def stopped_servers(self) -> tuple[model.Server, ...]:
-        self._call(2)
+        self._call()  # one listing: status=SHUTOFF&status=VERIFY_RESIZE
         self._faults('stopped', 'list stopped servers', any_too=False)
         w = self.world
         return tuple(w.server_model(s) for s in w.servers.values()

@@ -144,6 +144,34 @@ class TestNovaCloudStub(testtools.TestCase):
         # 2 + 2 + 1, and nova cannot know the last page is the last.
         self.assertEqual(3, self.cloud.api_calls)
 
+    def test_stopped_servers_one_listing_of_both_statuses(self):
+        # What the instance failure loop reads every poll: SHUTOFF and
+        # VERIFY_RESIZE servers in one request (Nova takes the status
+        # filter repeated), both kept on every page.
+        client = self.peer.client()
+        running, stopped, resized, stopped2 = self.peer.create_servers(
+            4, host='host1', name='st', client=client)
+        for srv in (stopped, stopped2):
+            client.servers.stop(srv.id)
+            self.peer.wait_for_server(srv.id, 'SHUTOFF', client=client)
+        self.cloud.cold_migrate(resized.id)
+        self.peer.wait_for_server(resized.id, 'VERIFY_RESIZE', client=client)
+        self.cloud.api_calls = 0
+        found = self.cloud.stopped_servers()
+        self.assertEqual(1, self.cloud.api_calls)
+        self.assertEqual(
+            sorted([(stopped.id, 'SHUTOFF'), (stopped2.id, 'SHUTOFF'),
+                    (resized.id, 'VERIFY_RESIZE')]),
+            sorted((s.id, s.status) for s in found))
+        self.assertNotIn(running.id, {s.id for s in found})
+        # Paged: the next links keep both statuses.
+        self.cloud.conf.set_override('page_size', 1, group='nova')
+        self.cloud.api_calls = 0
+        paged = self.cloud.stopped_servers()
+        self.assertEqual(sorted(s.id for s in found),
+                         sorted(s.id for s in paged))
+        self.assertEqual(4, self.cloud.api_calls)  # 1 + 1 + 1 + empty
+
     def test_recovery_calls_round_trip(self):
         (srv,) = self.peer.create_servers(1, host='host1')
         svc = self.cloud.snapshot().service('host1')
