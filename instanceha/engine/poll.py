@@ -58,8 +58,29 @@ class Poll(tick.Plumbing):
         return all(getattr(d, 'judges_services_only', False)
                    for d in self.drivers.detectors)
 
+    def _read_services(self, mono: float) -> None:
+        """Read the services alone when due (see :mod:`.watch`).
+
+        Done at the start of the tick, before job results are applied:
+        the steps those results submit write markers on the strength of
+        this read (the operator's record, see :meth:`_current_service`),
+        so it must be newer than anything they saw.
+        """
+        self._watched = None
+        w = self._watch
+        if self.snapshot is None or w.seen is None or not w.due(mono):
+            return
+        snap = w.read(self.env.cloud, mono)
+        self._watched = mono, snap
+        if snap is None:
+            return  # the full read reports Nova's trouble
+        self._services_read = (mono, snap)
+        self.snapshot = dataclasses.replace(
+            self.snapshot, services=snap.services,
+            taken_at=snap.taken_at, clock_skew=snap.clock_skew)
+
     def _full_read_due(self, mono: float, answered: bool) -> bool:
-        """Read the services alone when due; is a full read needed now?
+        """Is a full read needed now (after :meth:`_read_services`)?
 
         See :mod:`instanceha.engine.watch`: at once when the services
         show news, every poll while anything is not healthy, never while
@@ -71,14 +92,9 @@ class Poll(tick.Plumbing):
             return True
         if self.snapshot is None or w.seen is None:
             return poll_due
-        if w.due(mono):
-            snap = w.read(self.env.cloud, mono)
-            if snap is None:
+        if self._watched is not None and self._watched[0] == mono:
+            if self._watched[1] is None:
                 return poll_due  # the full read reports Nova's trouble
-            self._services_read = (mono, snap)
-            self.snapshot = dataclasses.replace(
-                self.snapshot, services=snap.services,
-                taken_at=snap.taken_at, clock_skew=snap.clock_skew)
             seen = watch.attention(self.snapshot, self.env.clock.now(),
                                    self.conf.delta, skip=self._workflows)
             w.quiet = (not seen and not self._workflows and
@@ -162,6 +178,7 @@ class Poll(tick.Plumbing):
             return
         self._fresh = True
         self.snapshot = snapshot
+        self._services_read = (self.env.clock.monotonic(), snapshot)
         self._watch.read_done(self.env.clock.monotonic(),
                               len(snapshot.services))
         # Fencing keys are matched against every Nova host name: a short

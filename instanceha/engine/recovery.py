@@ -117,8 +117,11 @@ class Engine(poll.Poll, steps.Steps):
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
         self._watch = watch.ServiceWatch(self._services_interval())
-        #: (monotonic time, snapshot) of the latest services read alone.
+        #: (monotonic time, snapshot) of the latest read of the services.
         self._services_read: tuple[float, model.Snapshot] | None = None
+        #: This tick's services read alone: (monotonic time, snapshot or
+        #: None when Nova did not answer); None when none was due.
+        self._watched: tuple[float, model.Snapshot | None] | None = None
         self._reads = reads.FocusedReads(conf, drivers, env.clock)
         #: This tick's one listing of evacuation records (see _advance).
         self._listing: evacuation.SharedListing | None = None
@@ -163,10 +166,18 @@ class Engine(poll.Poll, steps.Steps):
             self._harvest(apply=False)
             return
         leader = self._check_leadership()
-        self._harvest(apply=leader)
-        if not leader:
-            return
         now = self.env.clock.monotonic()
+        if not leader:
+            self._harvest(apply=False)
+            return
+        # Results of the jobs finished before the services read only: the
+        # read is newer than every write whose result is applied, and the
+        # steps submitted from here on write on its strength (see
+        # Plumbing._current_service). A job finishing meanwhile waits for
+        # the next tick.
+        finished = self._finished()
+        self._read_services(now)
+        self._harvest(only=finished)
         # A plan that waited on gates (veto hooks asked on the executor)
         # is made again as soon as they have answered.
         answered = self.plan is not None and getattr(

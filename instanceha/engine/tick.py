@@ -36,6 +36,10 @@ from instanceha import exceptions
 #: "The workflow's own" (a marker argument left as it is).
 _SAME = object()
 
+#: Seconds the engine's services read serves as the operator's record
+#: before a marker write (see Plumbing._current_service).
+OPERATOR_READ_AGE = 1.0
+
 
 class Plumbing:
     """Submit, harvest, transition and mark: the engine's tick plumbing."""
@@ -119,10 +123,19 @@ class Plumbing:
         wf.on_done = on_done
         wf.future = self.env.executor.submit(job)
 
-    def _harvest(self, apply: bool = True) -> None:
+    def _finished(self) -> set[int]:
+        """The futures finished by now (their ids; see :meth:`_harvest`)."""
+        return {id(wf.future) for wf in self._all()
+                if wf.future is not None and wf.future.done()}
+
+    def _harvest(self, apply: bool = True,
+                 only: set[int] | None = None) -> None:
+        """Apply the results of finished jobs (``only``: these futures)."""
         for wf in self._all():
             fut = wf.future
             if fut is None or not fut.done():
+                continue
+            if only is not None and id(fut) not in only:
                 continue
             wf.future, on_done, wf.on_done = None, wf.on_done, None
             wf.budget = 0
@@ -210,10 +223,23 @@ class Plumbing:
     def _current_service(self, host: str) -> model.Service:
         """The host's service as Nova reports it now (a job thread's read).
 
-        Not the snapshot's: an operator may have disabled the host since
+        Not the full read's: an operator may have disabled the host since
         it was taken, and their word must win over the write about to be
-        made. One small call (the compute services only).
+        made. The engine's own services read (made at the start of every
+        tick, before job results are applied and new steps submitted) is
+        that record while it is younger than :data:`OPERATOR_READ_AGE`
+        (and than the services interval): a step submitted in the tick
+        that read it uses it. A job that ran longer (a power-on) reads
+        the services again: one small call.
         """
+        read = self._services_read
+        age = (self.env.clock.monotonic() - read[0]
+               if read is not None else None)
+        if age is not None and 0 <= age < min(OPERATOR_READ_AGE,
+                                              self._watch.interval):
+            current = read[1].service(host)
+            if current is not None:
+                return current
         current = self.env.cloud.read_services().service(host)
         if current is None:
             raise exceptions.CloudError('nova-compute service of %s is not '
