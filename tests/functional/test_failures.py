@@ -31,43 +31,20 @@ instance action ``stop`` whose ``user_id`` is null: exactly what
 instanceha looks for, and what a user's stop never looks like.
 """
 
-import socket
 import time
 
 from instanceha.engine import events
 from instanceha.engine import instance_failure as inst
-from tests.functional import test_heartbeat
 from tests.functional import test_heartbeat_e2e as e2e
 from tests.functional import test_recovery as rec
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-class TestProcessFailure(test_heartbeat.HeartbeatFixture):
+class TestProcessFailure(e2e.HeartbeatCloudTest):
 
     def test_dead_nova_compute_disabled_never_fenced_enabled_again(self):
-        port = free_udp_port()
-        cloud = self.useFixture(rec.Cloud(hosts=3, options={
-            'detection.detectors': ['nova', 'heartbeat'],
-            'heartbeat.key_file': self.key,
-            'heartbeat.listen_addresses': ['127.0.0.1'],
-            'heartbeat.port': port,
-            'heartbeat.timeout': 3,
+        cloud, vm, _agents, eng = self.heartbeat_cloud(options={
             'instance_failure.enabled': False,
-        }))
-        vm, = cloud.boot('host1')
-        for h in cloud.nova.hosts:
-            self.agent(h, [('127.0.0.1', port)], key=self.host_key(h),
-                       interval=0.3)
-        eng = self.useFixture(e2e.StartedEngine(cloud.config_file))
-        hb = eng.drivers.detectors[1]
-        rec.wait_for(lambda: all(hb.listener.record(h)
-                                 for h in cloud.nova.hosts),
-                     30, 'every agent heard by the service')
+        })
 
         # nova-compute dies on host1; the host and its agent live on.
         cloud.nova.control.kill('host1')

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The service end to end with heartbeats and fence_kdump (R8, R15).
+"""The service end to end with heartbeats and fence_kdump.
 
 Real parts: nova (NovaPeer), IPMI BMCs driven by the real ipmitool
 (IpmiBmcPeer), the production engine and environment
@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import typing
 
 import fixtures
 import testtools
@@ -33,6 +34,7 @@ from testtools import content
 from instanceha.engine import events
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import states
+from tests.functional.peers import base as peer_base
 from tests.functional import test_heartbeat
 from tests.functional import test_kdump
 from tests.functional import test_recovery as rec
@@ -41,9 +43,7 @@ S = states.HostState
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+    return peer_base.free_port(socket.SOCK_DGRAM)
 
 
 class StartedEngine(rec.EngineRunner):
@@ -60,26 +60,53 @@ class StartedEngine(rec.EngineRunner):
         return plan.decision(host) if plan is not None else None
 
 
-class TestHeartbeatEndToEnd(test_heartbeat.HeartbeatFixture):
+class HeartbeatCloudTest(test_heartbeat.HeartbeatFixture):
+    """Real nova and BMCs with one heartbeat agent per host.
 
-    def test_isolated_host_not_fenced_until_its_agent_stops(self):
+    The set-up the heartbeat, shutdown and process-failure tests share:
+    three hosts, one instance on host1, every host's agent beating to
+    the service's listener on a free loopback port (``self.collectors``).
+    """
+
+    def heartbeat_cloud(self, options: typing.Optional[dict] = None,
+                        agent_extra: typing.Optional[typing.Callable] = None,
+                        engine: bool = True) -> tuple:
+        """Start it all: ``(cloud, vm, agents, engine)``.
+
+        ``options``: more instanceha.conf options (``group.name``: value).
+        ``agent_extra``: host -> extra agent arguments, for every agent.
+        ``engine``: start the engine in this process (a StartedEngine,
+        waited for until it heard every agent); otherwise ``None`` is
+        returned for it and the test starts its own service.
+        """
         port = free_udp_port()
-        cloud = self.useFixture(rec.Cloud(hosts=3, options={
+        self.collectors = [('127.0.0.1', port)]
+        cloud = self.useFixture(rec.Cloud(hosts=3, options=dict({
             'detection.detectors': ['nova', 'heartbeat'],
             'heartbeat.key_file': self.key,
             'heartbeat.listen_addresses': ['127.0.0.1'],
             'heartbeat.port': port,
             'heartbeat.timeout': 3,
-        }))
+        }, **(options or {}))))
         vm, = cloud.boot('host1')
-        agents = {h: self.agent(h, [('127.0.0.1', port)],
-                                key=self.host_key(h), interval=0.3)
+        agents = {h: self.agent(h, self.collectors, key=self.host_key(h),
+                                interval=0.3,
+                                extra=agent_extra(h) if agent_extra else ())
                   for h in cloud.nova.hosts}
+        if not engine:
+            return cloud, vm, agents, None
         eng = self.useFixture(StartedEngine(cloud.config_file))
         hb = eng.drivers.detectors[1]
         rec.wait_for(lambda: all(hb.listener.record(h)
                                  for h in cloud.nova.hosts),
                      30, 'every agent heard by the service')
+        return cloud, vm, agents, eng
+
+
+class TestHeartbeatEndToEnd(HeartbeatCloudTest):
+
+    def test_isolated_host_not_fenced_until_its_agent_stops(self):
+        cloud, vm, agents, eng = self.heartbeat_cloud()
 
         # host1 is cut off from the control plane; its agent still beats.
         cloud.nova.control.kill('host1')
@@ -111,7 +138,7 @@ class TestHeartbeatEndToEnd(test_heartbeat.HeartbeatFixture):
         self.assertFalse(fenced.get('kdump'))
 
 
-class TestHeartbeatServiceProcess(test_heartbeat.HeartbeatFixture):
+class TestHeartbeatServiceProcess(HeartbeatCloudTest):
     """The real instanceha-service process, which starts the listener."""
 
     def service(self, cloud):
@@ -139,23 +166,13 @@ class TestHeartbeatServiceProcess(test_heartbeat.HeartbeatFixture):
         return proc, read
 
     def test_agent_and_service_on_loopback(self):
-        port = free_udp_port()
-        cloud = self.useFixture(rec.Cloud(hosts=3, options={
-            'detection.detectors': ['nova', 'heartbeat'],
-            'heartbeat.key_file': self.key,
-            'heartbeat.listen_addresses': ['127.0.0.1'],
-            'heartbeat.port': port,
-            'heartbeat.timeout': 3,
+        cloud, vm, agents, _ = self.heartbeat_cloud(options={
             'health.port': 0,
             'debug': True,  # the plan lines are logged at debug level
-        }))
-        vm, = cloud.boot('host1')
-        agents = {h: self.agent(h, [('127.0.0.1', port)],
-                                key=self.host_key(h), interval=0.3)
-                  for h in cloud.nova.hosts}
+        }, engine=False)
         proc, log = self.service(cloud)
         rec.wait_for(lambda: 'heartbeat-listener listening on '
-                     '[127.0.0.1]:%d' % port in log(), 60,
+                     '[%s]:%d' % self.collectors[0] in log(), 60,
                      'the service listening for heartbeats')
         cloud.nova.control.kill('host1')
         cloud.nova.wait_for_service('host1', 'down', client=cloud.client)

@@ -26,7 +26,6 @@ import os
 
 from instanceha.engine import events
 from instanceha.engine import states
-from tests.functional import test_heartbeat
 from tests.functional import test_heartbeat_e2e as e2e
 from tests.functional import test_recovery as rec
 
@@ -36,31 +35,13 @@ REBOOT_JOBS = 'echo 1503 reboot.target start waiting'
 POWEROFF_JOBS = 'echo 1503 poweroff.target start waiting'
 
 
-class TestShutdownEndToEnd(test_heartbeat.HeartbeatFixture):
+class TestShutdownEndToEnd(e2e.HeartbeatCloudTest):
 
     def start(self, jobs, **options):
-        port = e2e.free_udp_port()
-        cloud = self.useFixture(rec.Cloud(hosts=3, options=dict({
-            'detection.detectors': ['nova', 'heartbeat'],
-            'heartbeat.key_file': self.key,
-            'heartbeat.listen_addresses': ['127.0.0.1'],
-            'heartbeat.port': port,
-            'heartbeat.timeout': 3,
-        }, **options)))
-        vm, = cloud.boot('host1')
-        self.collectors = [('127.0.0.1', port)]
-        agents = {h: self.agent(h, self.collectors, key=self.host_key(h),
-                                interval=0.3, extra=[
-                                    '--shutdown-jobs-command', jobs,
-                                    '--answer-timeout', '3']
-                                if h == 'host1' else ['--announce', 'never'])
-                  for h in cloud.nova.hosts}
-        eng = self.useFixture(e2e.StartedEngine(cloud.config_file))
-        hb = eng.drivers.detectors[1]
-        rec.wait_for(lambda: all(hb.listener.record(h)
-                                 for h in cloud.nova.hosts),
-                     30, 'every agent heard by the service')
-        return cloud, vm, agents, eng
+        """host1's agent announces with ``jobs``; the others never do."""
+        return self.heartbeat_cloud(options, agent_extra=lambda h: [
+            '--shutdown-jobs-command', jobs, '--answer-timeout', '3']
+            if h == 'host1' else ['--announce', 'never'])
 
     def agent_log(self, host):
         with open(os.path.join(self.dir, 'agent-%s.log' % host)) as f:
