@@ -70,6 +70,11 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         rec.wait_for(lambda: cloud.service('host1').status == 'enabled',
                      60, 'host1 enabled again')
         self.assertIsNone(cloud.service('host1').disabled_reason)
+        # The event follows Nova's answer to the enable: it may come a
+        # moment after the test sees the service enabled.
+        rec.wait_for(lambda: eng.record.named(events.PROCESS_RECOVERED,
+                                              'host1'), 10,
+                     'the recovery logged')
         self.assertEqual(1, len(eng.record.named(events.PROCESS_RECOVERED,
                                                  'host1')))
         self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
