@@ -25,6 +25,44 @@ import threading
 import time
 
 
+def log(msg, *args):
+    """One time-stamped line on stdout (the fixture's log file)."""
+    sys.stdout.write('%s %s\n' % (time.strftime('%H:%M:%S'), msg % args))
+    sys.stdout.flush()
+
+
+class NovaHook(object):
+    """Kill/revive a host's nova-compute, in order, off the BMC's threads.
+
+    A BMC emulator answers from one loop (pyghmi) or request threads
+    (sushy-tools): a slow revive must not delay its answers, so the calls
+    to the nova helper's control API go through a worker thread.
+    """
+
+    def __init__(self, control_url):
+        import queue
+        self.control_url = control_url.rstrip('/')
+        self.jobs = queue.Queue()
+        threading.Thread(target=self._run, daemon=True,
+                         name='nova-hook').start()
+
+    def submit(self, host, action):
+        """Queue ``action`` ('kill' or 'revive') for ``host``."""
+        self.jobs.put((host, action))
+
+    def _run(self):
+        import urllib.request
+        while True:
+            host, action = self.jobs.get()
+            url = '%s/computes/%s/%s' % (self.control_url, host, action)
+            try:
+                req = urllib.request.Request(url, data=b'{}', method='POST')
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    log('nova %s %s: HTTP %s', action, host, resp.status)
+            except Exception as exc:  # noqa: BLE001 - logged, loop goes on
+                log('nova %s %s failed: %r', action, host, exc)
+
+
 def make_wsgi_server(app, port=0, host='127.0.0.1', tls=None):
     """A threaded wsgiref server bound on loopback (port 0 = pick one).
 

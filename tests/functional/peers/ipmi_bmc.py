@@ -29,11 +29,8 @@ Usage: python ipmi_bmc.py CONFIG.json   (written by IpmiBmcPeer)
 
 import json
 import os
-import queue
 import sys
 import threading
-import time
-import urllib.request
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
@@ -48,37 +45,7 @@ MODES = ('ok', 'stuck', 'error', 'silent')
 CANNOT_EXECUTE = 0xd5
 
 
-def log(msg, *args):
-    sys.stdout.write('%s %s\n' % (time.strftime('%H:%M:%S'), msg % args))
-    sys.stdout.flush()
-
-
-class NovaHook(object):
-    """Kill/revive a host's nova-compute, in order, off the IPMI loop.
-
-    pyghmi serves all BMCs from one loop: a slow revive must not delay
-    the IPMI answers, so the calls go through a worker thread.
-    """
-
-    def __init__(self, control_url):
-        self.control_url = control_url.rstrip('/')
-        self.jobs = queue.Queue()
-        threading.Thread(target=self._run, daemon=True,
-                         name='nova-hook').start()
-
-    def submit(self, host, action):
-        self.jobs.put((host, action))
-
-    def _run(self):
-        while True:
-            host, action = self.jobs.get()
-            url = '%s/computes/%s/%s' % (self.control_url, host, action)
-            try:
-                req = urllib.request.Request(url, data=b'{}', method='POST')
-                with urllib.request.urlopen(req, timeout=60) as resp:
-                    log('nova %s %s: HTTP %s', action, host, resp.status)
-            except Exception as exc:  # noqa: BLE001 - logged, loop goes on
-                log('nova %s %s failed: %r', action, host, exc)
+log = common.log
 
 
 class HostBmc(bmc.Bmc):
@@ -200,7 +167,8 @@ def control_app(bmcs, lock):
 def main():
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    hook = NovaHook(cfg['nova_control']) if cfg.get('nova_control') else None
+    hook = (common.NovaHook(cfg['nova_control'])
+            if cfg.get('nova_control') else None)
     lock = threading.RLock()
     authdata = {cfg['username']: cfg['password']}
     bmcs = {}

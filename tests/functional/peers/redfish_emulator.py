@@ -31,12 +31,10 @@ Usage: python redfish_emulator.py CONFIG.json   (written by RedfishPeer)
 
 import json
 import os
-import queue
 import random
 import sys
 import threading
 import time
-import urllib.request
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
@@ -45,22 +43,7 @@ sys.path.append(_HERE)
 import _helper_common as common  # noqa: E402
 
 
-def log(msg, *args):
-    sys.stdout.write('%s %s\n' % (time.strftime('%H:%M:%S'), msg % args))
-    sys.stdout.flush()
-
-
-def nova_hook_worker(control_url, jobs):
-    """Kill/revive nova computes in order, off the request threads."""
-    while True:
-        host, action = jobs.get()
-        url = '%s/computes/%s/%s' % (control_url.rstrip('/'), host, action)
-        try:
-            req = urllib.request.Request(url, data=b'{}', method='POST')
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                log('nova %s %s: HTTP %s', action, host, resp.status)
-        except Exception as exc:  # noqa: BLE001 - logged, loop goes on
-            log('nova %s %s failed: %r', action, host, exc)
+log = common.log
 
 
 def patch_fake_driver(fakedriver, cfg):
@@ -78,9 +61,7 @@ def patch_fake_driver(fakedriver, cfg):
 
     if not cfg.get('nova_control'):
         return
-    jobs = queue.Queue()
-    threading.Thread(target=nova_hook_worker, daemon=True, name='nova-hook',
-                     args=(cfg['nova_control'], jobs)).start()
+    hook = common.NovaHook(cfg['nova_control'])
     original = fakedriver.FakeDriver._update
 
     def _update(self, system, **changes):
@@ -91,8 +72,8 @@ def patch_fake_driver(fakedriver, cfg):
         after = changes.get('power_state', before)
         if after != before and after in ('On', 'Off'):
             log('%s: power %s', system['name'], after)
-            jobs.put((system['name'],
-                      'kill' if after == 'Off' else 'revive'))
+            hook.submit(system['name'],
+                        'kill' if after == 'Off' else 'revive')
 
     fakedriver.FakeDriver._update = _update
 
