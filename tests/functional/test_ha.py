@@ -34,8 +34,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -45,6 +43,7 @@ import testtools
 
 from tests.functional import peers
 from tests.functional.peers import base as peer_base
+from tests.functional import test_recovery
 from tests.functional.test_recovery import Cloud
 
 #: Generous bound of one recovery (detection, fence, rebuilds, power on).
@@ -73,30 +72,7 @@ class Copy:
                     '[health]\nlisten = 127.0.0.1\nport = %d\n'
                     % (name, self.port))
         self.log_path = os.path.join(cloud.dir, '%s.log' % name)
-        log = open(self.log_path, 'ab')
-        test.addCleanup(log.close)
-        # Runs after _reap (cleanups go last-in first-out) and before the
-        # cloud's directory is removed.
-        test.addCleanup(self._attach_log, test)
-        script = os.path.join(os.path.dirname(sys.executable),
-                              'instanceha-service')
-        self.proc = subprocess.Popen(
-            [script, '--config-file', cloud.config_file,
-             '--config-file', extra],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
-        test.addCleanup(self._reap)
-
-    def _attach_log(self, test):
-        with open(self.log_path, errors='replace') as f:
-            tail = f.read()[-200000:]
-        test.addDetail('%s-log' % self.name, testtools.content.text_content(
-            tail))
-
-    def _reap(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.proc = test_recovery.start_service(test, cloud, name, [extra])
 
     def get(self, path):
         url = 'http://127.0.0.1:%d%s' % (self.port, path)

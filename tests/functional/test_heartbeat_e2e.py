@@ -24,12 +24,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import typing
 
 import fixtures
 import testtools
-from testtools import content
 
 from instanceha.engine import events
 from instanceha.engine import plan as plan_mod
@@ -143,22 +141,7 @@ class TestHeartbeatServiceProcess(HeartbeatCloudTest):
 
     def service(self, cloud):
         path = os.path.join(cloud.dir, 'service.log')
-        log = open(path, 'ab')
-        self.addCleanup(log.close)
-        script = os.path.join(os.path.dirname(sys.executable),
-                              'instanceha-service')
-        proc = subprocess.Popen(
-            [script, '--config-file', cloud.config_file],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
-
-        def reap():
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(30)
-        self.addCleanup(reap)
-        self.addCleanup(lambda: self.addDetail(
-            'service.log', content.content_from_file(path, buffer_now=True)))
+        proc = rec.start_service(self, cloud)
 
         def read():
             with open(path, errors='replace') as f:

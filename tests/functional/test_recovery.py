@@ -163,6 +163,45 @@ def manage(cloud, *args):
     return proc.stdout
 
 
+def start_service(test, cloud, name='service', extra_config=()):
+    """Start the real instanceha-service on the cloud's config file.
+
+    Its output goes to ``<cloud.dir>/<name>.log``, attached to the test
+    result as ``<name>-log``; it is killed at clean-up if still running.
+    ``extra_config``: more ``--config-file`` paths, read after the
+    cloud's.
+    """
+    path = os.path.join(cloud.dir, '%s.log' % name)
+    log = open(path, 'ab')
+    test.addCleanup(log.close)
+
+    def attach():
+        # Read now: the cloud's temporary directory is removed before the
+        # test runner would read a lazy detail, which crashes the subunit
+        # worker. The tail only: a long run logs a lot.
+        with open(path, errors='replace') as f:
+            tail = f.read()[-200000:]
+        test.addDetail('%s-log' % name,
+                       testtools.content.text_content(tail))
+    test.addCleanup(attach)
+    script = os.path.join(os.path.dirname(sys.executable),
+                          'instanceha-service')
+    args = [script, '--config-file', cloud.config_file]
+    for extra in extra_config:
+        args += ['--config-file', extra]
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
+
+    def reap():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    # Clean-ups run last-in first-out: reaped before the log is attached.
+    test.addCleanup(reap)
+    return proc
+
+
 class EngineRunner(fixtures.Fixture):
     """The production environment and engine, ticked in a thread."""
 
@@ -460,29 +499,7 @@ class TestService(RecoveryTestBase):
     """The real instanceha-service process, end to end."""
 
     def start_service(self, cloud, name='service'):
-        log = open(os.path.join(cloud.dir, '%s.log' % name), 'ab')
-        self.addCleanup(log.close)
-        script = os.path.join(os.path.dirname(sys.executable),
-                              'instanceha-service')
-        proc = subprocess.Popen(
-            [script, '--config-file', cloud.config_file],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, OS_NOVA_DISABLE_EVENTLET_PATCHING='true'))
-
-        def attach():
-            # Read now: the cloud's temporary directory is removed before
-            # the test runner would read a lazy detail, which crashes the
-            # subunit worker.
-            self.addDetail('%s-log' % name, testtools.content.content_from_file(
-                log.name, buffer_now=True))
-
-        def reap():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-        self.addCleanup(attach)
-        self.addCleanup(reap)
-        return proc
+        return start_service(self, cloud, name)
 
     def test_end_to_end_with_restart(self):
         cloud = self.cloud(options={'evacuation.strategy': 'smart',
