@@ -35,9 +35,13 @@ OPTS = [
                     'host (fence_kdump_send\'s -i, 10 by default). A dump '
                     'counts as a fence only while it is live: its last '
                     'message at most this old when the host would be '
-                    'fenced, and again before every evacuation call. A dump '
-                    'that ended may have been followed by a reboot. Set it '
-                    'a little above -i if messages arrive late.'),
+                    'fenced. An evacuation call is made only right after a '
+                    'fresh message (under half a second old): the '
+                    'evacuation waits up to this long for the next one, '
+                    'and without it the dump has ended (it may have been '
+                    'followed by a reboot) and the host is fenced through '
+                    'its devices. Set it a little above -i if messages '
+                    'arrive late.'),
     cfg.IntOpt('message_timeout', default=30, min=1, max=3600,
                help='A host whose last fence_kdump message is older than '
                     'this many seconds has stopped dumping (fence_kdump_send '

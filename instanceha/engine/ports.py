@@ -277,6 +277,10 @@ class PowerReading:
     detail: str = ''
     #: The fencing level whose devices all reported off (0: none/unknown).
     level: int = 0
+    #: Seconds from now this reading may prove the host off; None: the
+    #: usual :data:`PROOF_TTL` (a crash dump's message proves less: see
+    #: :data:`KDUMP_FRESH`).
+    valid_for: float | None = None
 
 
 class Fencer(abc.ABC):
@@ -434,6 +438,15 @@ def call_budget(default: float | None = None) -> float | None:
 #: time). The fence's own proof, or a previous step's, never counts.
 PROOF_TTL = 2.0
 
+#: A fence_kdump message proves the host off for this many seconds after
+#: it arrived, and no longer. A message says only that the dump was live
+#: when it was sent; the dump may end (and the host reboot) right after
+#: it. So an evacuation from a dumping host is made right after a fresh
+#: message: the step waits for the next one (see the engine's prover),
+#: polling every :data:`KDUMP_POLL` seconds.
+KDUMP_FRESH = 0.5
+KDUMP_POLL = 0.1
+
 
 class PowerUnproven(exceptions.FencingError):
     """An evacuate call refused: its host is not proven off now."""
@@ -460,19 +473,27 @@ class PowerProof:
         self._clock = clock
         #: Monotonic time of the latest reading that proved the host off.
         self.proven_at: float | None = None
+        #: Monotonic time until which that reading proves it.
+        self.proven_until: float | None = None
 
     def require(self) -> None:
         """Return when the host is proven off now; else raise.
 
+        A reading proves the host off for :data:`PROOF_TTL` seconds, or
+        for its own shorter ``valid_for`` (a crash dump's message).
+
         :raises PowerUnproven: with what was read (``on``: it runs).
         """
-        if (self.proven_at is not None and
-                self._clock.monotonic() - self.proven_at <= PROOF_TTL):
+        if (self.proven_until is not None and
+                self._clock.monotonic() <= self.proven_until):
             return
         reading = self._read()
         if not reading.off:
             raise PowerUnproven(reading)
+        ttl = PROOF_TTL if reading.valid_for is None else max(
+            0.0, min(PROOF_TTL, reading.valid_for))
         self.proven_at = self._clock.monotonic()
+        self.proven_until = self.proven_at + ttl
 
 
 _power_proof: contextvars.ContextVar[PowerProof | None] = \

@@ -23,6 +23,7 @@ in the tick thread.
 from collections.abc import Callable
 import dataclasses
 import datetime
+import math
 
 from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import evacuation
@@ -274,22 +275,56 @@ class Steps(tick.Plumbing):
     def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
         """Proof, read now, that ``wf.host`` runs nothing (job thread).
 
-        A host found crash-dumping counts while its dump is live (its
-        latest fence_kdump message at most ``[kdump] message_interval``
-        old, the window the fence itself used); otherwise its fencing
-        devices are read, level by level.
+        A host found crash-dumping counts right after a fresh fence_kdump
+        message only (see :meth:`_kdump_reading`); otherwise, or once its
+        dump has ended, its fencing devices are read, level by level.
         """
         host, kdump = wf.host, wf.kdump
-        window = self._kdump_live_window()
+        window = self._kdump_live_window().total_seconds()
 
         def prove() -> ports.PowerReading:
             if kdump and self.env.kdump is not None:
-                last = self.env.kdump.last_message(host)
-                if last is not None and self.env.clock.now() - last <= window:
-                    return ports.PowerReading(host=host, off=True,
-                                              detail='crash-dumping')
+                reading = self._kdump_reading(host, window)
+                if reading is not None:
+                    return reading
             return self.env.fencer.power_state(host)
         return prove
+
+    def _kdump_reading(self, host: str,
+                       window: float) -> ports.PowerReading | None:
+        """A fence_kdump message that arrived just now, or None (job thread).
+
+        A message proves only that the dump was live when it was sent: it
+        may end, and the host reboot, a moment later. So only a message
+        at most :data:`ports.KDUMP_FRESH` old proves the host off, and
+        only for what is left of that time. While the dump looks live
+        (its last message at most ``window``, ``[kdump] message_interval``,
+        old) the step waits for its next message and acts right after it;
+        none within the window means the dump ended (None: the devices
+        are read instead).
+        """
+        clock, watch = self.env.clock, self.env.kdump
+        deadline = clock.monotonic() + window
+        while True:
+            last = watch.last_message(host)
+            if last is None:
+                return None
+            age = (clock.now() - last).total_seconds()
+            # A message stamped ahead of our clock (a step back of the
+            # clock) is no fresher than any other: wait for a new one.
+            if -ports.KDUMP_FRESH <= age < ports.KDUMP_FRESH:
+                return ports.PowerReading(
+                    host=host, off=True, valid_for=ports.KDUMP_FRESH - age,
+                    detail='crash-dumping (fence_kdump message %.1fs old)'
+                    % max(age, 0.0))
+            now = clock.monotonic()
+            if age > window or now >= deadline:
+                return None
+            # Wake on a fixed grid of the monotonic clock, not after a
+            # sum of steps, which drifts.
+            step = ports.KDUMP_POLL
+            clock.sleep(max((math.floor(now / step + 1e-6) + 1) * step - now,
+                            1e-3))
 
     def _unproven(self, wf: HostWorkflow,
                   reading: ports.PowerReading) -> None:

@@ -484,6 +484,13 @@ class World:
         if end < h.kdump_start:
             return None
         n = math.floor((end - h.kdump_start) / self.timing.kdump_interval)
+        if (h.kdump_end is not None and h.kdump_start
+                + n * self.timing.kdump_interval >= h.kdump_end):
+            # The dump ended (or the host lost power) at that very moment:
+            # no message is sent once the dump is over.
+            n -= 1
+            if n < 0:
+                return None
         return self.local(h.kdump_start + n * self.timing.kdump_interval)
 
     def in_kdump(self, h: Host) -> bool:

@@ -29,9 +29,11 @@ refuses an evacuate call without that proof (case
 host-powered-on-before-first-evacuate replays the story). Replay a seed
 with ``python benchmarks/scenario_fuzz.py --seed N --write-case DIR``.
 
-Known limit, not a failing seed: a crash dump that ends less than one
-``[kdump] message_interval`` after its last message still proves the
-host off until that interval is over (see doc/configuration.md, kdump).
+Seed 5312 (a crash dump that ended less than one ``[kdump]
+message_interval`` after its last message still proved the host off
+until that interval was over) is fixed: an evacuation leaves a dumping
+host only right after a fresh fence_kdump message (case
+kdump-ends-just-after-a-message).
 """
 
 import importlib.util

@@ -306,6 +306,26 @@ class TestEvacuateNeedsProof(testtools.TestCase):
         self.assertEqual([True, False], self.readings)
         self.assertEqual(['evacuate'], self.evacuated())
 
+    def test_a_crash_dump_message_proves_only_its_own_short_time(self):
+        # A fence_kdump message proves the dump live when it was sent:
+        # its reading counts for what is left of KDUMP_FRESH, not for
+        # PROOF_TTL.
+        readings = []
+
+        def read():
+            readings.append(self.clock.monotonic())
+            return ports.PowerReading(host='h1', off=True, valid_for=0.2,
+                                      detail='crash-dumping')
+        with self.env.guard.proving(ports.PowerProof('h1', read,
+                                                     self.clock)):
+            self.env.cloud.evacuate('s1')
+            self.clock.advance_to(0.1)
+            self.env.cloud.evacuate('s2')
+            self.clock.advance_to(0.5)
+            self.env.cloud.evacuate('s3')
+        self.assertEqual([0.0, 0.5], readings)
+        self.assertEqual(['evacuate'] * 3, self.evacuated())
+
     def test_a_new_step_reads_again(self):
         with self.env.guard.proving(self.proof(True)):
             self.env.cloud.evacuate('s1')
