@@ -59,6 +59,35 @@ MIGRATION_RUNNING = frozenset({'accepted', 'pre-migrating', 'migrating',
 MIGRATION_DONE = frozenset({'done', 'completed'})
 #: Anything else (failed, error, cancelled) is a failed attempt.
 
+#: Seconds a job waits at most for the expected end of a rebuild before
+#: it lists the records again (see :meth:`EvacuationJob._pace`).
+CHECK_MAX = 10.0
+
+
+class RebuildPace:
+    """How long Nova takes to rebuild an instance, as seen so far.
+
+    The average of its records' ``created_at`` to ``updated_at`` for the
+    evacuations this service started and saw end ``done``; shared by
+    every job of an engine, so a failure paces its listings by what the
+    previous ones taught.
+    """
+
+    def __init__(self):
+        #: Seconds; None until a rebuild was seen ending.
+        self.rebuild_time: float | None = None
+        self._seen = 0
+
+    def learn(self, rec: model.Migration) -> None:
+        if rec.created_at is None or rec.updated_at is None:
+            return
+        took = max(0.0, (rec.updated_at - rec.created_at).total_seconds())
+        self._seen = min(self._seen + 1, 20)  # the recent ones weigh more
+        self.rebuild_time = (took if self.rebuild_time is None else
+                             self.rebuild_time + (took - self.rebuild_time)
+                             / self._seen)
+
+
 LOCK_REASON = 'instanceha: evacuating from %s'
 _LOCK_RE = re.compile(r'^instanceha: evacuating from (?P<host>\S+)'
                       r'(?: \(was (?P<was>[A-Z_]+)\))?$')
@@ -141,6 +170,9 @@ class InstanceTask:
     not_before: float | None = None
     #: The fire-and-forget notion of success: Nova accepted the call.
     accepted: bool = False
+    #: The running attempt was started by this job (its record's times
+    #: tell how long a rebuild takes; a resumed one's do not).
+    timed: bool = False
     locked_by_us: bool = False
     #: Resumed without knowing whether we locked it: unlock only if Nova
     #: says it is locked.
@@ -301,6 +333,11 @@ class EvacuationJob:
         self._stopped: str | None = None
         #: What the host's marker says was given up (short ids), stopped.
         self._recorded: tuple[tuple[str, ...], bool] = ((), False)
+        #: When running rebuilds are next looked at (monotonic; None: at
+        #: the next step), see :meth:`due`.
+        self._next_check: float | None = None
+        #: How long rebuilds take (the engine hands its shared one).
+        self.pace = RebuildPace()
 
     # -- helpers ----------------------------------------------------------
 
@@ -521,6 +558,27 @@ class EvacuationJob:
                    status=want)
         return want
 
+    @staticmethod
+    def _record_tells_all(task: InstanceTask) -> bool:
+        """Whether a ``done`` record is all there is to know of a rebuild.
+
+        Nova marks an evacuation's record done only after the rebuild
+        has set the instance on its new host, its task cleared, ACTIVE
+        (microversion 2.94; see nova's ``finish_evacuation``). So an
+        instance that was ACTIVE, with no lock of ours to take off, needs
+        no read of the server: nothing to restore, nothing to unlock.
+        """
+        return (task.original_status == 'ACTIVE' and
+                not task.locked_by_us and not task.verify_lock)
+
+    def _done_from_record(self, env, task: InstanceTask,
+                          rec: model.Migration) -> None:
+        """The server was rebuilt on ``rec.dest_host``: report it."""
+        task.state = TaskState.DONE
+        task.dest = rec.dest_host
+        self._emit(env, events.EVACUATE_DONE, server=task.server_id,
+                   dest=rec.dest_host, status='ACTIVE')
+
     def _done(self, env, task, server: model.Server) -> None:
         """The server was rebuilt elsewhere: restore, report, unlock."""
         restored = self._restore_power_state(env, task, server)
@@ -530,6 +588,57 @@ class EvacuationJob:
         self._emit(env, events.EVACUATE_DONE, server=task.server_id,
                    dest=server.host, status=restored or server.status)
         self._unlock(env, task)
+
+    # -- pacing -----------------------------------------------------------
+
+    def due(self, now: float, budget: int) -> bool:
+        """Whether a step now has anything to do.
+
+        Something to start (a pending instance past its back-off, and a
+        slot for it), an unanswered call to settle, an unlock to retry,
+        or running rebuilds to look at (:meth:`_check_due`). A step that
+        only waits for rebuilds is not taken: their records are listed
+        when the rebuilds are expected to have ended, not every tick.
+        """
+        if self._check_due(now):
+            return True
+        for task in self.tasks.values():
+            if task.state is TaskState.PENDING and budget > 0 and (
+                    task.not_before is None or now >= task.not_before):
+                return True
+            if (task.state in (TaskState.DONE, TaskState.FAILED) and
+                    task.locked_by_us):
+                return True
+        return False
+
+    def _check_due(self, now: float) -> bool:
+        """Whether Nova's records are to be listed in a step now."""
+        if not self._classified or any(t.unanswered
+                                       for t in self.tasks.values()):
+            return True
+        if not any(t.state is TaskState.IN_FLIGHT
+                   for t in self.tasks.values()):
+            return False
+        return self._next_check is None or now >= self._next_check
+
+    def _pace(self, now: float) -> None:
+        """When to look at the running rebuilds next.
+
+        At the expected end of the earliest one (at most ``CHECK_MAX``
+        ahead) once rebuilds were seen ending (:class:`RebuildPace`);
+        every step (every tick) while none was, and once the expected
+        ends are past. A rebuild is never seen ending later than it
+        would be by looking every tick, unless it ends before it is
+        expected to.
+        """
+        running = [t for t in self.tasks.values()
+                   if t.state is TaskState.IN_FLIGHT]
+        took = self.pace.rebuild_time
+        ends = [t.started + took for t in running
+                if took is not None and t.started is not None and
+                t.started + took > now]
+        self._next_check = (now + min(min(ends) - now, CHECK_MAX)
+                            if ends else None)
 
     # -- one step ---------------------------------------------------------
 
@@ -551,6 +660,11 @@ class EvacuationJob:
                               '%d s' % timeout)
             return
         if rec.status in MIGRATION_DONE:
+            if task.timed:
+                self.pace.learn(rec)
+            if self._record_tells_all(task):
+                self._done_from_record(env, task, rec)
+                return
             try:
                 server = read(task.server_id)
             except exceptions.CloudError as exc:
@@ -674,6 +788,7 @@ class EvacuationJob:
         task.current = None
         task.state = TaskState.IN_FLIGHT
         task.accepted = True
+        task.timed = True
         task.started = env.clock.monotonic()
         self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
                    target=task.target, attempt=task.attempts)
@@ -761,7 +876,9 @@ class EvacuationJob:
         watching = [t for t in self._sorted()
                     if t.state is TaskState.IN_FLIGHT]
         unanswered = [t for t in self._sorted() if t.unanswered]
-        if watching or unanswered:
+        now = env.clock.monotonic()
+        if (watching or unanswered) and (records is not None or
+                                         self._check_due(now)):
             if records is None:
                 records = self._records(env, ctx.snapshot, ctx.listing)
             read = self._reader(env, ctx)
@@ -769,6 +886,7 @@ class EvacuationJob:
                 self._check(env, task, records, ctx.snapshot, read)
             for task in unanswered:
                 self._reconcile(env, task, records)
+            self._pace(now)
         self._stop_if_given_up(env)
         if self._stopped is None:
             self._record(ctx)
@@ -781,7 +899,6 @@ class EvacuationJob:
                                server=task.server_id, reason=self._stopped)
                     self._unlock(env, task)
             return self.progress()
-        now = env.clock.monotonic()
         choose = self._placer(env, ctx.snapshot)
         # A proof read in this step only: the fence's, or an earlier
         # step's, says nothing about now (someone may have powered the
@@ -806,6 +923,8 @@ class EvacuationJob:
                 return dataclasses.replace(self.progress(),
                                            unproven=exc.reading)
             budget -= 1
+            if self._next_check is None:
+                self._pace(now)  # the first rebuild to look at
         self._record(ctx)
         return self.progress()
 

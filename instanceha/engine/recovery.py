@@ -127,6 +127,8 @@ class Engine(poll.Poll, steps.Steps):
         self._listing: evacuation.SharedListing | None = None
         #: Monotonic time of each evacuation job's last step.
         self._stepped: dict[str, float] = {}
+        #: How long Nova's rebuilds take (paces every job's listings).
+        self._rebuild_pace = evacuation.RebuildPace()
         self.plan = None
         self.cycles = 0
         #: Polls that every host's health answered without a full read.

@@ -221,6 +221,11 @@ class Steps(tick.Plumbing):
         last = self._stepped.get(key)
         if last is not None and mono - last < self.conf.tick_interval:
             return
+        # Nor while it only waits for rebuilds not yet expected to end
+        # (EvacuationJob.due): their records are listed when they are.
+        if wf.job is not None and not wf.job.due(
+                mono, 0 if aftercare else self._budget()):
+            return
         self._stepped[key] = mono
         strategy = self.drivers.evacuation
         if wf.job is None:
@@ -236,6 +241,7 @@ class Steps(tick.Plumbing):
             # The skew when wf.since was read from our clock (see
             # EvacuationJob._records).
             wf.job.since_skew = wf.since_skew
+            wf.job.pace = self._rebuild_pace
         budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
         ctx = evacuation.StepContext(

@@ -1,0 +1,119 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What one host failure costs Nova, call by call, in the simulator.
+
+The scenario of ``tests/unit/test_call_budget.py`` (one host of five
+instances loses power, ``poll`` 15, rebuilds of about two seconds), run
+with and without the failure in each evacuation mode. Printed per mode:
+the steady reads (calls per poll of the run without the failure, by
+kind), the failure's calls beyond them by kind (the port method making
+them), and per evacuated instance; as JSON with ``--json``::
+
+    python benchmarks/failure_calls.py
+    python benchmarks/failure_calls.py --rebuild-time 20 --json
+
+Deterministic (simulated time): one run per mode says it all.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tests.unit import test_call_budget as budget  # noqa: E402
+
+MODES = {'fire-and-forget': '', 'smart': 'smart_evacuation = true'}
+POLL = 15
+
+
+def measure(extra: str, end: int, rebuild_time: float) -> dict:
+    topology = budget.TOPOLOGY.replace(
+        '{schedule_time: 1, rebuild_time: 1}',
+        '{schedule_time: 1, rebuild_time: %s}' % rebuild_time)
+    with tempfile.TemporaryDirectory() as quiet, \
+            tempfile.TemporaryDirectory() as fail:
+        base, _, steady = budget.failure_calls(quiet, '', extra, end=end,
+                                               topology=topology)
+        calls, lines, failed = budget.failure_calls(
+            fail, '30 power-off compute-0\n', extra, end=end,
+            topology=topology)
+    text = '\n'.join(lines)
+    if 'violations=0' not in text or \
+            'compute-0 host_state enabled=true new=healthy' not in text:
+        raise SystemExit('the failure was not recovered within %d s:\n%s'
+                         % (end, text))
+    kinds = steady.by_kind()
+    extra_kinds = {k: n - kinds.get(k, 0)
+                   for k, n in failed.by_kind().items()
+                   if n != kinds.get(k, 0)}
+    polls = end / float(POLL)
+    return {
+        'steady_calls_per_poll': round(base / polls, 2),
+        'steady_by_kind_per_poll': {k: round(n / polls, 2)
+                                    for k, n in kinds.items()},
+        'failure_calls': calls - base,
+        'failure_by_kind': dict(sorted(extra_kinds.items())),
+        'calls_per_instance': round((calls - base) / budget.INSTANCES, 2),
+    }
+
+
+def table(results: dict) -> str:
+    modes = list(results)
+    kinds = sorted({k for r in results.values()
+                    for k in r['failure_by_kind']})
+    rows = [[''] + modes]
+    rows.append(['steady: calls per poll'] + [
+        str(results[m]['steady_calls_per_poll']) for m in modes])
+    for k in sorted({k for r in results.values()
+                     for k in r['steady_by_kind_per_poll']}):
+        rows.append(['  %s per poll' % k] + [
+            str(results[m]['steady_by_kind_per_poll'].get(k, 0))
+            for m in modes])
+    rows.append(['failure: calls beyond steady'] + [
+        str(results[m]['failure_calls']) for m in modes])
+    for k in kinds:
+        rows.append(['  %s' % k] + [
+            str(results[m]['failure_by_kind'].get(k, 0)) for m in modes])
+    rows.append(['calls per evacuated instance'] + [
+        str(results[m]['calls_per_instance']) for m in modes])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return '\n'.join('  '.join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--end', type=int, default=400,
+                   help='simulated seconds of each run (default 400)')
+    p.add_argument('--rebuild-time', type=float, default=1,
+                   help='seconds Nova takes to rebuild, after a second '
+                        'to schedule (default 1)')
+    p.add_argument('--json', action='store_true')
+    args = p.parse_args(argv)
+    results = {mode: measure(extra, args.end, args.rebuild_time)
+               for mode, extra in MODES.items()}
+    doc = {'setup': {'instances': budget.INSTANCES, 'poll': POLL,
+                     'end': args.end, 'rebuild_time': args.rebuild_time},
+           'results': results}
+    print(json.dumps(doc, indent=2) if args.json else table(results))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
