@@ -905,28 +905,64 @@ class EvacuationJob:
         # host on since). The cloud port asks it before every evacuate.
         proof = (ports.PowerProof(self.host, ctx.prove_off, env.clock)
                  if ctx.prove_off is not None else None)
-        for task in self.strategy.ready(self._sorted()):
-            if (budget <= 0 or proof is None or
-                    not env.coordinator.is_leader()):
-                break
-            if task.not_before is not None and now < task.not_before:
-                continue  # backing off after a failed attempt
-            try:
-                with env.guard.proving(proof):
-                    # Read before the lock: a host found on keeps its
-                    # instances as they are.
-                    proof.require()
-                    task.not_before = None
-                    self._start(env, task, ctx.snapshot, choose)
-            except ports.PowerUnproven as exc:
-                self._record(ctx)
-                return dataclasses.replace(self.progress(),
-                                           unproven=exc.reading)
-            budget -= 1
-            if self._next_check is None:
-                self._pace(now)  # the first rebuild to look at
+        batch: list[InstanceTask] = []
+        if proof is not None and env.coordinator.is_leader():
+            for task in self.strategy.ready(self._sorted()):
+                if len(batch) >= budget:
+                    break
+                if task.not_before is not None and now < task.not_before:
+                    continue  # backing off after a failed attempt
+                batch.append(task)
+        unproven = self._start_all(env, ctx, batch, proof, choose)
+        if unproven is not None:
+            self._record(ctx)
+            return dataclasses.replace(self.progress(), unproven=unproven)
+        if batch and self._next_check is None:
+            self._pace(now)  # the first rebuilds to look at
         self._record(ctx)
         return self.progress()
+
+    def _start_all(self, env, ctx: StepContext, batch: list[InstanceTask],
+                   proof: ports.PowerProof | None,
+                   choose: Callable[[InstanceTask], str | None]
+                   ) -> ports.PowerReading | None:
+        """Start the evacuations of ``batch``; what a failed proof read.
+
+        The host's power is read first (before any lock: a host found on
+        keeps its instances as they are), the targets are chosen one
+        after the other (each choice sees those before it), then the
+        calls are made at once (``env.executor.run_calls``): a rebuild
+        does not wait for the evacuate calls of the instances before it.
+        Each call still passes the cloud port's guard (leadership, and
+        the proof, read again should it be older than ``PROOF_TTL``).
+        """
+        if not batch or proof is None:
+            return None
+        try:
+            with env.guard.proving(proof):
+                proof.require()
+        except ports.PowerUnproven as exc:
+            return exc.reading
+        for task in batch:
+            task.not_before = None
+            task.target = choose(task)
+
+        def start(task: InstanceTask) -> None:
+            with env.guard.proving(proof):
+                self._start(env, task, ctx.snapshot)
+
+        run = getattr(env.executor, 'run_calls', None)
+        calls = [lambda t=task: start(t) for task in batch]
+        if run is None:  # an executor from before run_calls
+            run = ports.Executor.run_calls.__get__(env.executor)
+        errors = run(calls)
+        for exc in errors:
+            if exc is not None and not isinstance(exc, ports.PowerUnproven):
+                raise exc
+        for exc in errors:
+            if isinstance(exc, ports.PowerUnproven):
+                return exc.reading
+        return None
 
     def _record(self, ctx: StepContext) -> None:
         """Write what was given up, the moment it changes (see ``record``).

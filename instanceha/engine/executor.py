@@ -18,6 +18,7 @@ BMC that takes a minute to answer never stalls detection of other hosts.
 
 from collections.abc import Callable
 import concurrent.futures
+import contextvars
 import threading
 
 from instanceha.engine import ports
@@ -29,9 +30,26 @@ class ThreadPoolExecutor(ports.Executor):
     def __init__(self, workers: int):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix='instanceha-worker')
+        #: A job's own calls run here, never in the jobs' pool (a job
+        #: waiting there for its calls could wait for itself).
+        self._calls = concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix='instanceha-call')
         #: Set whenever a job finishes: the service loop ticks at once
         #: instead of waiting for its interval.
         self.finished = threading.Event()
+
+    def run_calls(self, calls: list[Callable[[], object]]
+                  ) -> list[BaseException | None]:
+        """Run a job's independent calls at once; wait for every one.
+
+        Each runs in a copy of the job's context, so what the job set
+        there (the power proof its evacuate calls need, the leadership
+        guard's deadline) holds for every call.
+        """
+        futures = [self._calls.submit(contextvars.copy_context().run, call)
+                   for call in calls]
+        concurrent.futures.wait(futures)
+        return [f.exception() for f in futures]
 
     def submit(self, fn: Callable, *args, **kwargs
                ) -> concurrent.futures.Future:
@@ -42,6 +60,7 @@ class ThreadPoolExecutor(ports.Executor):
     def shutdown(self, wait: bool = True) -> None:
         """Stop accepting jobs; with wait, let running ones finish."""
         self._pool.shutdown(wait=wait, cancel_futures=True)
+        self._calls.shutdown(wait=wait)
 
 
 class InlineExecutor(ports.Executor):

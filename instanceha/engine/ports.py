@@ -363,6 +363,25 @@ class Executor(abc.ABC):
                ) -> concurrent.futures.Future:
         """Start ``fn(*args, **kwargs)``; return its future."""
 
+    def run_calls(self, calls: 'list[Callable[[], object]]'
+                  ) -> 'list[BaseException | None]':
+        """Run a job's independent calls (its evacuate calls); wait.
+
+        Returns what each raised (None: it returned). This default runs
+        them one after the other and stops at the first that raises
+        (those not run get None): the simulator's deterministic order.
+        The production pool runs them at once (see
+        :class:`instanceha.engine.executor.ThreadPoolExecutor`).
+        """
+        out: list[BaseException | None] = [None] * len(calls)
+        for i, call in enumerate(calls):
+            try:
+                call()
+            except Exception as exc:
+                out[i] = exc
+                break
+        return out
+
 
 class KdumpWatch(abc.ABC):
     """What the fence_kdump listener heard (R8)."""
