@@ -52,14 +52,7 @@ class PauseStore(ports.PauseSource):
         self.where = _redact(url)
 
     def current(self) -> pause_mod.Pause | None:
-        try:
-            raw = self._get()
-        except exceptions.InstanceHAError:
-            raise
-        except Exception as exc:  # noqa: any client library's error
-            raise exceptions.CoordinationError(
-                'cannot read the pause from %s: %s' % (
-                    self.where, _redact(str(exc)))) from None
+        raw = self._backend('read the pause from', self._get)
         if raw is None:
             return None
         try:
@@ -71,24 +64,31 @@ class PauseStore(ports.PauseSource):
                 'replace it' % (self.describe(), exc)) from None
 
     def set(self, pause: pause_mod.Pause) -> None:
-        self._write(self._put, json.dumps(pause.to_dict(), sort_keys=True))
+        self._backend('write the pause to', self._put,
+                      json.dumps(pause.to_dict(), sort_keys=True))
 
     def clear(self) -> None:
-        self._write(self._delete)
+        self._backend('write the pause to', self._delete)
 
     def describe(self) -> str:
         """Where the pause is kept, for messages."""
         return self.where
 
-    def _write(self, fn, *args) -> None:
+    def _backend(self, what: str, fn, *args):
+        """``fn(*args)``; a client library's error, named and redacted.
+
+        Whatever the backend's library raises becomes one
+        CoordinationError saying what could not be done where (with any
+        password in the URL or the library's message masked).
+        """
         try:
-            fn(*args)
+            return fn(*args)
         except exceptions.InstanceHAError:
             raise
         except Exception as exc:  # noqa: any client library's error
             raise exceptions.CoordinationError(
-                'cannot write the pause to %s: %s' % (
-                    self.where, _redact(str(exc)))) from None
+                'cannot %s %s: %s' % (what, self.where,
+                                      _redact(str(exc)))) from None
 
     def _get(self) -> str | None:
         raise NotImplementedError

@@ -27,6 +27,8 @@ import dataclasses
 import threading
 from typing import Any
 
+import requests
+
 from instanceha.plugins import base
 
 #: Priorities, as OpenStack notifications name them.
@@ -90,3 +92,29 @@ class NotifierDriver(base.Driver):
         when it could not be delivered: the dispatcher counts and logs it
         and goes on with the next one. Messages must not contain secrets.
         """
+
+
+class HttpNotifierDriver(NotifierDriver):
+    """A notifier that POSTs over HTTP: one connection pool while started.
+
+    Between ``start`` and ``stop`` every request reuses one
+    ``requests.Session`` (kept-alive connections to the receiver);
+    ``session`` still answers before ``start`` (a fresh session), so a
+    driver can be used without the dispatcher, as in tests.
+    """
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self._session: requests.Session | None = None
+
+    def start(self) -> None:
+        self._session = requests.Session()
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> requests.Session:
+        return self._session or requests.Session()

@@ -46,7 +46,7 @@ def reason(event_type: str) -> str:
     return ''.join(w.title().replace('_', '') for w in words)
 
 
-class KubernetesNotifier(base.NotifierDriver):
+class KubernetesNotifier(base.HttpNotifierDriver):
     description = ('core/v1 Events on the object named by [notifications] '
                    'kubernetes_object_*.')
 
@@ -67,7 +67,6 @@ class KubernetesNotifier(base.NotifierDriver):
         self._api = ''
         self._token_file = ''
         self._verify: bool | str = True
-        self._session: requests.Session | None = None
 
     def _fail(self, message: str):
         raise exceptions.ConfigurationError('kubernetes notifier: ' + message)
@@ -105,14 +104,6 @@ class KubernetesNotifier(base.NotifierDriver):
                 os.path.join(SA_DIR, 'ca.crt') if in_cluster else None)
             if ca and os.path.exists(ca):
                 self._verify = ca
-
-    def start(self) -> None:
-        self._session = requests.Session()
-
-    def stop(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
 
     def event_body(self, note: base.Notification) -> dict:
         """The core/v1 Event for one notification."""
@@ -160,9 +151,8 @@ class KubernetesNotifier(base.NotifierDriver):
                 raise exceptions.NotifierError(
                     'cannot read token file %s: %s'
                     % (self._token_file, exc.strerror)) from None
-        session = self._session or requests.Session()
         try:
-            resp = session.post(url, data=json.dumps(
+            resp = self.session.post(url, data=json.dumps(
                 self.event_body(notification)), headers=headers,
                 timeout=10, verify=self._verify)
         except requests.exceptions.SSLError:

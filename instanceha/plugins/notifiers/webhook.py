@@ -59,7 +59,7 @@ def safe_url(url: str) -> str:
                                     ''))
 
 
-class WebhookNotifier(base.NotifierDriver):
+class WebhookNotifier(base.HttpNotifierDriver):
     description = ('JSON POST to [notifications] webhook_urls, signed with '
                    'HMAC-SHA256, retried with back-off.')
 
@@ -77,7 +77,6 @@ class WebhookNotifier(base.NotifierDriver):
         super().__init__(conf)
         self.group = conf.notifications
         self._ring: keys.KeyRing | None = None
-        self._session: requests.Session | None = None
 
     def validate(self) -> None:
         group = self.group
@@ -104,14 +103,6 @@ class WebhookNotifier(base.NotifierDriver):
             raise exceptions.ConfigurationError(
                 'option [notifications] webhook_ca_file is set but '
                 'webhook_verify is false')
-
-    def start(self) -> None:
-        self._session = requests.Session()
-
-    def stop(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
 
     @property
     def _verify(self):
@@ -155,11 +146,10 @@ class WebhookNotifier(base.NotifierDriver):
         headers = {'Content-Type': 'application/json',
                    TIMESTAMP_HEADER: stamp,
                    SIGNATURE_HEADER: sign(self._ring.keys[0], stamp, body)}
-        session = self._session or requests.Session()
         try:
-            resp = session.post(url, data=body, headers=headers,
-                                timeout=self.group.webhook_timeout,
-                                verify=self._verify, allow_redirects=False)
+            resp = self.session.post(url, data=body, headers=headers,
+                                     timeout=self.group.webhook_timeout,
+                                     verify=self._verify, allow_redirects=False)
         except requests.exceptions.SSLError:
             return False, ('TLS verification failed (check '
                            '[notifications] webhook_ca_file)')
