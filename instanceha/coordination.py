@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Leader election and per-host locks through tooz (R14).
+"""Leader election and per-host locks through tooz.
 
 Leadership is a tooz lock with a time to live (the *lease*): redis and
 etcd expire it when its holder stops refreshing it, so a leader that is

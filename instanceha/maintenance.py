@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Planned maintenance of a compute host (R18): a path apart from failure.
+"""Planned maintenance of a compute host: a path apart from failure.
 
 A failure is detected; maintenance is announced. ``maintenance start``
 disables the host's nova-compute with a reason of our own (not a

@@ -474,11 +474,18 @@ def add_parsers(subparsers) -> None:
         'rh-instanceha', help='Red Hat InstanceHA\'s config.yaml, '
         'fencing.yaml and (optionally) clouds.yaml and secure.yaml')
     rh.add_argument('--config', '--rh-config', dest='import_config',
-                    required=True, metavar='CONFIG_YAML')
+                    required=True, metavar='CONFIG_YAML',
+                    help='its config.yaml (the "config:" options)')
     rh.add_argument('--fencing', dest='import_fencing', required=True,
-                    metavar='FENCING_YAML')
-    rh.add_argument('--clouds', dest='import_clouds', metavar='CLOUDS_YAML')
-    rh.add_argument('--secure', dest='import_secure', metavar='SECURE_YAML')
+                    metavar='FENCING_YAML',
+                    help='its fencing.yaml (FencingConfig, one entry a '
+                         'host)')
+    rh.add_argument('--clouds', dest='import_clouds', metavar='CLOUDS_YAML',
+                    help='the clouds.yaml with its Nova credentials '
+                         '(optional)')
+    rh.add_argument('--secure', dest='import_secure', metavar='SECURE_YAML',
+                    help='the secure.yaml with the password of that cloud '
+                         '(optional)')
     rh.add_argument('--cloud', dest='import_cloud', metavar='NAME',
                     help='the cloud of clouds.yaml (default: OS_CLOUD, the '
                          'only cloud, or overcloud)')

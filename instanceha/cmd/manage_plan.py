@@ -55,7 +55,7 @@ def annotate_fencing(plan: plan_mod.Plan, conf: cfg.ConfigOpts
                      ) -> plan_mod.Plan:
     """Say which hosts the service would try to recover but cannot fence.
 
-    The service never evacuates a host it could not fence (R9); a dry run
+    The service never evacuates a host it could not fence; a dry run
     that hid this would promise a recovery that will not happen. Keys are
     matched against Nova's host names, as the service does: a short key
     naming two Nova hosts serves neither.

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Leader election between copies of the service (R14)."""
+"""Leader election between copies of the service."""
 
 from oslo_config import cfg
 

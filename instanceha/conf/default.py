@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The seed manual's service parameters (POLL, DELTA, THRESHOLD, ...)."""
+"""The service parameters (Red Hat InstanceHA's POLL, DELTA, THRESHOLD, ...)."""
 
 from oslo_config import cfg
 
@@ -23,7 +23,7 @@ OPTS = [
                help='Seconds between two full reads of Nova (compute '
                     'services, servers, aggregates) while any host is not '
                     'healthy: being recovered, held back by a gate, '
-                    'disabled or down (seed parameter POLL). Each full read '
+                    'disabled or down (POLL in Red Hat InstanceHA). Each full read '
                     'judges every such host again. A host that fails is '
                     'read in full at once, whatever the poll phase: the '
                     'compute services alone are read every [detection] '
@@ -32,21 +32,21 @@ OPTS = [
     cfg.IntOpt('delta', default=30, min=1, max=86400,
                help='A compute service whose heartbeat (updated_at) is older '
                     'than this many seconds is failed even if Nova still '
-                    'reports it up (seed parameter DELTA).'),
+                    'reports it up (DELTA in Red Hat InstanceHA).'),
     cfg.IntOpt('threshold', mutable=True, default=50, min=0, max=100,
                help='If more than this percentage of the eligible compute '
                     'hosts is failed, log it and evacuate nothing: a mass '
                     'failure means the network or the control plane is '
-                    'broken, not the hosts (seed parameter THRESHOLD).'),
+                    'broken, not the hosts (THRESHOLD in Red Hat InstanceHA).'),
     cfg.IntOpt('workers', default=4, min=1, max=256,
                help='How many hosts are fenced and recovered at the same '
                     'time, and the size of the thread pool that runs their '
-                    'steps (seed parameter WORKERS). Instance evacuations '
+                    'steps (WORKERS in Red Hat InstanceHA). Instance evacuations '
                     'are bounded separately by [evacuation] max_in_flight, '
                     'whose default is this value.'),
     cfg.BoolOpt('disabled', mutable=True, default=False,
                 help='Detect and log failed hosts but take no action at all '
-                     '(seed parameter DISABLED). Every poll, each failed '
+                     '(DISABLED in Red Hat InstanceHA). Every poll, each failed '
                      'host that would be recovered is logged as a '
                      '"recovery_held" warning. A host whose recovery is '
                      'already under way (a service started or restarted '
@@ -59,14 +59,14 @@ OPTS = [
     cfg.BoolOpt('leave_disabled', mutable=True, default=False,
                 help='Keep a host disabled and forced down after its '
                      'instances were evacuated instead of powering it on '
-                     'and re-enabling it (seed parameter LEAVE_DISABLED).'),
+                     'and re-enabling it (LEAVE_DISABLED in Red Hat InstanceHA).'),
     cfg.BoolOpt('force_enable', mutable=True, default=False,
                 help='Re-enable a recovered host even if some of its '
                      'evacuations did not succeed. Never applies to a host '
                      'marked FAILED by smart evacuation, which always needs '
-                     'an operator (seed parameter FORCE_ENABLE).'),
+                     'an operator (FORCE_ENABLE in Red Hat InstanceHA).'),
     cfg.BoolOpt('smart_evacuation', default=False,
-                help='Seed parameter SMART_EVACUATION: shorthand for '
+                help='SMART_EVACUATION in Red Hat InstanceHA: shorthand for '
                      '[evacuation] strategy = smart. Setting it together '
                      'with a different [evacuation] strategy is an error.'),
     cfg.FloatOpt('tick_interval', default=1.0, min=0.05, max=60,
@@ -79,7 +79,7 @@ OPTS = [
                help='Seconds before a failed fencing attempt is retried. '
                     'The wait doubles after each failure, up to '
                     'fence_retry_max_interval. A host that cannot be '
-                    'fenced is never evacuated (R9).'),
+                    'fenced is never evacuated.'),
     cfg.IntOpt('fence_retry_max_interval', default=600, min=1, max=86400,
                help='Longest wait between two fencing attempts.'),
     cfg.IntOpt('power_on_retries', default=3, min=0, max=100,

@@ -27,7 +27,7 @@ OPTS = [
                             'and none says alive. A disagreement is never '
                             'recovered, only reported: "isolated" when Nova '
                             'says failed and another detector alive (a '
-                            'partition, R15), "disputed" when Nova still '
+                            'partition), "disputed" when Nova still '
                             'sees the host alive and another detector says '
                             'failed (judged again next poll). Detectors '
                             'without an opinion (unknown) do not vote.'),

@@ -27,11 +27,10 @@ OPTS = [
     cfg.IntOpt('retries', mutable=True, default=5, min=0, max=100,
                help='How often a failed rebuild of one instance is retried '
                     'by the smart and orchestrated strategies before it is '
-                    'given up and its host marked FAILED (seed: 5).'),
+                    'given up and its host marked FAILED.'),
     cfg.IntOpt('same_target_retries', mutable=True, default=1, min=0, max=100,
                help='Retries of a failed rebuild on the same destination '
-                    'host before other hosts are tried (restart limits, '
-                    'R17).'),
+                    'host before other hosts are tried.'),
     cfg.IntOpt('retry_interval', mutable=True, default=5, min=0, max=3600,
                help='Seconds before a failed or refused rebuild of one '
                     'instance is tried again by the smart and orchestrated '
@@ -47,8 +46,8 @@ OPTS = [
                     'hosts being recovered (smart and orchestrated; '
                     'fire-and-forget does not wait for rebuilds, for it '
                     'this bounds the evacuate calls started per tick). 0 '
-                    '(default) means [DEFAULT] workers, as in the seed '
-                    'manual (WORKERS: how many instances are evacuated at '
+                    '(default) means [DEFAULT] workers, as in Red Hat '
+                    'InstanceHA (WORKERS: how many instances are evacuated at '
                     'the same time).'),
     cfg.IntOpt('timeout', default=900, min=0, max=86400,
                help='Seconds one rebuild may run before it is given up '
@@ -137,12 +136,12 @@ def retry_delay(conf: cfg.ConfigOpts, failures: int) -> int:
 
 
 def max_in_flight(conf: cfg.ConfigOpts) -> int:
-    """The cap on running evacuations, honouring the seed's WORKERS."""
+    """The cap on running evacuations, as Red Hat InstanceHA's WORKERS was."""
     return conf.evacuation.max_in_flight or conf.workers
 
 
 def strategy_name(conf: cfg.ConfigOpts) -> str:
-    """The evacuation strategy in force, honouring the seed's shorthand."""
+    """The evacuation strategy in force, honouring smart_evacuation."""
     if conf.evacuation.strategy:
         return conf.evacuation.strategy
     return 'smart' if conf.smart_evacuation else 'fire-and-forget'

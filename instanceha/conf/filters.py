@@ -16,7 +16,7 @@ from oslo_config import cfg
 
 GROUP = 'filters'
 
-#: Filters the seed's [tagging] booleans switch on, by option name.
+#: Filters the [tagging] booleans switch on, by option name.
 _TAGGING_SHORTHANDS = (('tagged_images', 'tagged-images'),
                        ('tagged_flavors', 'tagged-flavors'),
                        ('tagged_aggregates', 'tagged-aggregates'))

@@ -31,7 +31,8 @@ OPTS = [
                     '(failed or still in recovery) at once, as a count '
                     '("2") or a percentage of its monitored hosts ("40%"). '
                     'When more are unhealthy, none of its hosts is '
-                    'recovered (maxUnhealthy, R19). Aggregates without the '
+                    'recovered (as maxUnhealthy of an OpenShift '
+                    'MachineHealthCheck). Aggregates without the '
                     'key have no limit; a malformed value blocks the '
                     "aggregate's hosts and says why."),
     cfg.IntOpt('max_hosts_per_cycle', mutable=True, default=0, min=0, max=100000,

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The host heartbeat listener and detector (R15)."""
+"""The host heartbeat listener and detector."""
 
 from oslo_config import cfg
 

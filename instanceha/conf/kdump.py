@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Waiting for hosts that write a crash dump (R8, seed CHECK_KDUMP)."""
+"""Waiting for hosts that write a crash dump (CHECK_KDUMP in Red Hat InstanceHA)."""
 
 from oslo_config import cfg
 
@@ -25,11 +25,11 @@ OPTS = [
                      'A host that is dumping is treated as fenced (it is not '
                      'power-cycled, which would lose the dump) and its '
                      'recovery waits until it stops sending. Needs "kdump" '
-                     'in [detection] detectors (seed parameter CHECK_KDUMP).'),
+                     'in [detection] detectors (CHECK_KDUMP in Red Hat InstanceHA).'),
     cfg.IntOpt('kdump_timeout', default=30, min=1, max=3600,
                help='Seconds a failed host is given to send its first '
                     'fence_kdump message before it is fenced the usual way '
-                    '(seed parameter KDUMP_TIMEOUT).'),
+                    '(KDUMP_TIMEOUT in Red Hat InstanceHA).'),
     cfg.IntOpt('message_interval', default=10, min=1, max=3600,
                help='Seconds between two fence_kdump messages of a dumping '
                     'host (fence_kdump_send\'s -i, 10 by default). A dump '

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Evacuable tags on images, flavors and aggregates (R2).
+"""Evacuable tags on images, flavors and aggregates.
 
 Matching rules (the same for every source):
 
@@ -33,23 +33,23 @@ OPTS = [
     cfg.StrOpt('evacuable_tag', default='evacuable',
                regex=r'^\S{1,255}$',
                help='The tag, extra-spec key, image property or aggregate '
-                    'metadata key that marks something evacuable (seed '
-                    'parameter EVACUABLE_TAG). Case-sensitive.'),
+                    'metadata key that marks something evacuable (EVACUABLE_TAG '
+                    'in Red Hat InstanceHA). Case-sensitive.'),
     cfg.BoolOpt('tagged_images', default=False,
                 help='Only evacuate instances whose image (or, with '
                      'tagged_flavors, flavor) carries the evacuable tag. '
                      'Shorthand for adding tagged-images to [filters] '
-                     'enabled (seed parameter TAGGED_IMAGES).'),
+                     'enabled (TAGGED_IMAGES in Red Hat InstanceHA).'),
     cfg.BoolOpt('tagged_flavors', default=False,
                 help='Only evacuate instances whose flavor (or, with '
                      'tagged_images, image) carries the evacuable tag. '
                      'Shorthand for adding tagged-flavors to [filters] '
-                     'enabled (seed parameter TAGGED_FLAVORS).'),
+                     'enabled (TAGGED_FLAVORS in Red Hat InstanceHA).'),
     cfg.BoolOpt('tagged_aggregates', default=False,
                 help='Only recover hosts in an aggregate whose metadata '
                      'carries the evacuable tag. Shorthand for adding '
-                     'tagged-aggregates to [filters] enabled (seed '
-                     'parameter TAGGED_AGGREGATES).'),
+                     'tagged-aggregates to [filters] enabled (TAGGED_AGGREGATES '
+                     'in Red Hat InstanceHA).'),
     cfg.BoolOpt('all_when_none_tagged', default=False,
                 help='Red Hat InstanceHA compatibility: when nothing at '
                      'all carries the tag (no image or flavor of any '

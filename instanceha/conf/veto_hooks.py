@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Lifecycle hooks that may veto fencing and evacuation (R19)."""
+"""Lifecycle hooks that may veto fencing and evacuation."""
 
 from oslo_config import cfg
 

@@ -77,7 +77,7 @@ class Steps(tick.Plumbing):
             if not fencer.configured(host):
                 raise exceptions.FencingError(
                     'host %s has no fencing configuration; it will not be '
-                    'evacuated (R9)' % host)
+                    'evacuated' % host)
             if not self.env.coordinator.is_leader():
                 raise exceptions.CoordinationError('not the leader')
             return fencer.fence(host)

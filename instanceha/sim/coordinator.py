@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Simulated leader election between copies of the service (R14).
+"""Simulated leader election between copies of the service.
 
 The election behaves like a tooz group with leases: the longest-standing
 live member leads; when the leader crashes, the others only notice once

@@ -1194,7 +1194,7 @@ class SimKdumpListener:
 
 
 class SimHeartbeatListener:
-    """Stands in for the heartbeat detector's UDP listener (R15)."""
+    """Stands in for the heartbeat detector's UDP listener."""
 
     def __init__(self, world: World):
         self.world = world

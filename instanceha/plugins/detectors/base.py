@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Detectors say which hosts look failed, and why (R4, R8, R15)."""
+"""Detectors say which hosts look failed, and why."""
 
 import abc
 import dataclasses

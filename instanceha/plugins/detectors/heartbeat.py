@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The hosts' own witness: signed UDP heartbeats from each host (R15).
+"""The hosts' own witness: signed UDP heartbeats from each host.
 
 Nova alone cannot tell a dead host from one cut off from the control
 plane: both stop updating the service. The heartbeat agent on the host

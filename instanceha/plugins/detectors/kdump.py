@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""fence_kdump: a host writing a crash dump has failed (R8).
+"""fence_kdump: a host writing a crash dump has failed.
 
 Listens for the ``fence_kdump_send`` messages a kdump kernel sends (see
 :mod:`instanceha.heartbeat.kdump`) and serves two readers:

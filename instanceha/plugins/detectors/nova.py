@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Nova's own witness: the nova-compute service state and heartbeat (R4)."""
+"""Nova's own witness: the nova-compute service state and heartbeat."""
 
 import datetime
 import logging

@@ -53,7 +53,7 @@ class EvacuationStrategy(base.Driver):
     def stop_on_failure(self) -> bool:
         """Start nothing more on a host once one instance is given up.
 
-        R12, ``[evacuation] on_instance_failure = stop_host`` (default);
+        ``[evacuation] on_instance_failure = stop_host`` (default);
         ``continue`` evacuates the rest (the host still ends FAILED).
         """
         return self.conf.evacuation.on_instance_failure == 'stop_host'

@@ -22,7 +22,7 @@ from instanceha.plugins.evacuation import base
 
 class FireAndForget(base.EvacuationStrategy):
     description = ('Evacuate every eligible instance; an accepted API call '
-                   'counts as success (seed default).')
+                   'counts as success (the default).')
 
     tracks = False
     #: Reports every refusal and goes on.

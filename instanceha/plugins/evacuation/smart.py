@@ -10,11 +10,11 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Smart evacuation (R12): watch every rebuild to its end and retry.
+"""Smart evacuation: watch every rebuild to its end and retry.
 
 A failed rebuild is retried up to ``[evacuation] retries`` times (on the
-same destination at most ``same_target_retries`` times, then elsewhere,
-R17). When one is given up the host is left disabled, forced down and
+same destination at most ``same_target_retries`` times, then
+elsewhere). When one is given up the host is left disabled, forced down and
 marked FAILED: an operator must act.
 """
 
@@ -24,6 +24,6 @@ from instanceha.plugins.evacuation import base
 class SmartEvacuation(base.EvacuationStrategy):
     description = ('Track each evacuation through Nova migration records, '
                    'retry failed ones, mark the host FAILED if one fails '
-                   'for good (seed SMART_EVACUATION).')
+                   'for good.')
 
     tracks = True

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Fencing drivers power one host's device off and on, with proof (R16).
+"""Fencing drivers power one host's device off and on, with proof.
 
 A driver is built per host and device from that host's entry in the
 fencing file (see :mod:`instanceha.plugins.fencing.config`). It declares

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Filters keep or drop a host or an instance as eligible (R2, R3)."""
+"""Filters keep or drop a host or an instance as eligible."""
 
 from instanceha.engine import model
 from instanceha.plugins import base
@@ -35,7 +35,7 @@ class Filter(base.Driver):
     any_of: str | None = None
     #: Set when a host this filter drops is out of scope altogether: not
     #: monitored, shown ignored even while healthy, and not counted by
-    #: the threshold gate (an operator-disabled host, R3).
+    #: the threshold gate (an operator-disabled host).
     out_of_scope: bool = False
 
     def host_reason(self, host: str,

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Hosts an operator disabled are out of scope (R3)."""
+"""Hosts an operator disabled are out of scope."""
 
 from instanceha.engine import model
 from instanceha.engine import shutdown

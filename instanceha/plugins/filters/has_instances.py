@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Hosts without instances have nothing to evacuate (R2)."""
+"""Hosts without instances have nothing to evacuate."""
 
 from instanceha.engine import model
 from instanceha.plugins.filters import base

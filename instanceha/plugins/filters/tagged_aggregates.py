@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Only hosts in an aggregate carrying the evacuable tag (R2)."""
+"""Only hosts in an aggregate carrying the evacuable tag."""
 
 from instanceha.engine import model
 from instanceha.plugins.filters import tags

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Gates allow or block the plan as a whole or per host (R5, R6, R19)."""
+"""Gates allow or block the plan as a whole or per host."""
 
 import abc
 from collections.abc import Callable

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Detect-only mode (R6)."""
+"""Detect-only mode."""
 
 from instanceha.plugins.gates import base
 

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Per-failure-domain unhealthy limits (maxUnhealthy, R19)."""
+"""Per-failure-domain unhealthy limits (maxUnhealthy)."""
 
 import re
 

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""No action on a mass failure (R5)."""
+"""No action on a mass failure."""
 
 from instanceha.plugins.gates import base
 
@@ -33,7 +33,7 @@ class ThresholdGate(base.Gate):
     by instanceha count, in the numerator and the denominator).
 
     Blocked when numerator * 100 > threshold * denominator (strictly more
-    than ``[DEFAULT] threshold`` percent, as the seed says "exceeds").
+    than ``[DEFAULT] threshold`` percent: the limit must be exceeded).
     """
 
     pure = True

@@ -10,9 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Lifecycle hooks that may veto fencing and evacuation (R19).
+"""Lifecycle hooks that may veto fencing and evacuation.
 
-The French seed's etcd operator holds a ``preDrain`` lifecycle hook on a
+OpenShift's etcd operator holds a ``preDrain`` lifecycle hook on a
 control-plane machine until its etcd member has been replaced: whoever
 knows what a host is critical for gets a say before it is disrupted.
 Here the hosts about to be fenced and evacuated are proposed to each

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Reservation strategies find spare capacity for a failed host (R7)."""
+"""Reservation strategies find spare capacity for a failed host."""
 
 import abc
 

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Reserved hosts (R7, R19): spare computes kept disabled until needed.
+"""Reserved hosts: spare computes kept disabled until needed.
 
 A spare is a nova-compute service that is disabled and either listed in
 ``[reservation] reserved_hosts`` or carries a ``disabled_reason``
