@@ -72,9 +72,26 @@ from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
 
-#: Kinds of trouble a timeline may contain.
-MIX_ALL = ('host', 'return', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
-           'clock', 'restart')
+#: Kinds of trouble a timeline may contain. The first nine drive the
+#: generator's main random stream (a seed found with them still builds the
+#: same base story); the others are added from a second stream, timed
+#: against the base story's first failure so that they land in every
+#: state of its recovery.
+BASE_MIX = ('host', 'return', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
+            'clock', 'restart')
+#: poweron: someone powers a failed host back on during its recovery;
+#: opstate: an operator acts on a failed host (disable, enable,
+#: maintenance, pause, fencing by hand) during its recovery;
+#: leadstate: the leader crashes, restarts or loses the backend during a
+#: recovery, with few workers (jobs queue); pair: two hosts fail together
+#: and share a small max_in_flight; scarce: little room left (small hosts,
+#: capacity shrinking); veto: a veto hook that vetoes one host (or fails,
+#: or is lifted later); marker: a host starts with a marker a previous
+#: copy left (stale, or of a failure still going on); skew: the clock is
+#: skewed from the start or steps during a recovery.
+EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
+             'marker', 'skew')
+MIX_ALL = BASE_MIX + EXTRA_MIX
 
 #: Invariant names, from the simulator's CHECK messages.
 INVARIANTS = (
@@ -124,6 +141,14 @@ class Case:
                            if self.fqdn and rnd.random() < 0.3}
         self.copies = ['ha-a', 'ha-b'] if (
             'leader' in mix and rnd.random() < 0.5) else ['ha']
+        #: The second stream (EXTRA_MIX): decided here, used below.
+        self.xr = random.Random(seed * 104729 + 17)
+        self.extras = tuple(k for k in EXTRA_MIX
+                            if k in mix and self.xr.random() < 0.35)
+        #: Hosts that start with a marker: host -> (state, power).
+        self.markers: dict[str, tuple[str, str]] = {}
+        #: The veto hook's behaviour: (vetoed host or None, exit code).
+        self.veto: tuple[str | None, int] | None = None
         self.spare = 'spare-1' if rnd.random() < 0.25 else None
         self.pdus = {h: 'pdu-%s' % h for h in self.hosts
                      if rnd.random() < 0.3}
@@ -131,6 +156,8 @@ class Case:
         self.timeline: list[tuple[float, str, tuple[str, ...]]] = []
         self.operator: dict[str, str | None] = {}
         self._events()
+        self._extra_options()
+        self._extra_events()
 
     # -- the cloud ---------------------------------------------------------
 
@@ -166,9 +193,20 @@ class Case:
                 elif roll < 0.2:
                     spec['locked'] = True
                 instances['vm-%s-%d' % (tag, k)] = spec
+        vcpus = rnd.choice([8, 16, 64])
+        if 'scarce' in self.extras:
+            vcpus = 8
+        for h, (state, power) in self.markers.items():
+            hosts[h] = {'status': 'disabled', 'forced_down': True,
+                        'power': power, 'fenced': power == 'off',
+                        'disabled_reason': 'instanceha:%s '
+                        '2025-12-31T23:50:00Z fenced_at=2025-12-31T23:50:00Z'
+                        % state}
+            if power == 'off':
+                hosts[h]['last_heartbeat'] = -600
         return {
             'simulation': {'end': END, 'copies': self.copies},
-            'defaults': {'vcpus': rnd.choice([8, 16, 64])},
+            'defaults': {'vcpus': vcpus},
             'hosts': hosts,
             'devices': {pdu: {'host': h, 'kind': 'outlet'}
                         for h, pdu in self.pdus.items()},
@@ -227,7 +265,7 @@ class Case:
 
     def _events(self) -> None:
         rnd, mix = self.rnd, self.mix
-        kinds = [k for k in mix if k != 'return']
+        kinds = [k for k in mix if k != 'return' and k in BASE_MIX]
         if 'host' not in kinds:
             kinds.append('host')
         for _ in range(rnd.randint(2, 7)):
@@ -300,6 +338,101 @@ class Case:
             self._at(t, 'clock', 'skew', str(rnd.choice([-300, -40, 40,
                                                          300])))
 
+    # -- the second stream -------------------------------------------------
+
+    def _failures(self) -> list[tuple[float, str]]:
+        return sorted((t, args[0]) for t, name, args in self.timeline
+                      if name in FAILURES)
+
+    def _extra_options(self) -> None:
+        xr, opts = self.xr, self.options
+        if 'leadstate' in self.extras:
+            opts['DEFAULT.workers'] = str(xr.choice([1, 2]))
+        if 'pair' in self.extras:
+            opts['evacuation.max_in_flight'] = str(xr.choice([1, 2]))
+        if 'veto' in self.extras:
+            opts['gates.enabled'] = ('disabled,threshold,failure-domain,'
+                                     'per-cycle,veto-hook')
+            opts['veto_hooks.hooks'] = 'guard'
+            code = xr.choice([0, 1, 1, 1, 2])
+            self.veto = (xr.choice(self.hosts), code)
+        if 'marker' in self.extras:
+            host = xr.choice(self.hosts)
+            state = xr.choice(['fenced', 'evacuating', 'evacuating',
+                               'evacuated', 'waiting_up', 'failed'])
+            self.markers[host] = (state, xr.choice(['off', 'off', 'on']))
+
+    def _extra_events(self) -> None:
+        xr = self.xr
+        fails = self._failures()
+        t0, first = fails[0] if fails else (xr.uniform(20, 300),
+                                            xr.choice(self.hosts))
+        # Detection takes delta + up to a poll (30-45 s); fencing, marking
+        # and evacuating follow within a minute or two: offsets up to
+        # 220 s reach every state of the recovery.
+
+        def during():
+            return min(t0 + xr.uniform(25, 220), END - 100)
+        if 'pair' in self.extras:
+            others = [h for h in self.hosts if h != first]
+            if others:
+                self._at(t0 + xr.choice([0, 1, 5]), 'power-off',
+                         xr.choice(others))
+        if 'poweron' in self.extras:
+            for _ in range(xr.randint(1, 2)):
+                self._at(during(), 'power-on', first)
+        if 'opstate' in self.extras:
+            for _ in range(xr.randint(1, 3)):
+                self._operator(during(), first)
+        if 'leadstate' in self.extras:
+            t = during()
+            roll = xr.random()
+            if roll < 0.25:
+                self._at(t, 'coordination', 'down')
+                self._at(t + xr.uniform(2, 40), 'coordination', 'up')
+            else:
+                copy = xr.choice(self.copies)
+                what = xr.choice(['crash', 'restart', 'stop'])
+                self._at(t, 'service', what, copy)
+                if what != 'restart':
+                    self._at(t + xr.uniform(1, 60), 'service', 'start',
+                             copy)
+        if 'scarce' in self.extras:
+            for h in xr.sample(self.hosts, min(2, len(self.hosts))):
+                if h != first:
+                    self._at(xr.uniform(0, t0 + 60), 'capacity', h,
+                             str(xr.choice([0, 2, 4])))
+        if 'veto' in self.extras and xr.random() < 0.3:
+            self._at(during(), 'set', 'veto_hooks.hooks', '')
+        if 'skew' in self.extras:
+            if xr.random() < 0.5:
+                self._at(1, 'clock', 'skew', str(xr.choice(
+                    [-400, -60, -25, 25, 60, 400])))
+            self._at(during(), 'clock', 'skew', str(xr.choice(
+                [-300, -45, -10, 10, 45, 300])))
+
+    def _operator(self, t: float, host: str) -> None:
+        """An operator acts on ``host`` at ``t`` (any state of ours)."""
+        xr = self.xr
+        what = xr.choice(['disable', 'disable', 'enable', 'maintenance',
+                          'pause', 'fencing'])
+        if what == 'disable':
+            self._at(t, 'disable', host, 'operator', 'took', 'it',
+                     str(xr.randint(1, 99)))
+        elif what == 'enable':
+            self._at(t, 'enable', host)
+        elif what == 'maintenance':
+            self._at(t, 'maintenance', 'start', host)
+            if xr.random() < 0.5:
+                self._at(t + xr.uniform(20, 200), 'maintenance', 'end',
+                         host)
+        elif what == 'pause':
+            self._at(t, 'pause', str(xr.choice([30, 120, 400])))
+            if xr.random() < 0.3:
+                self._at(t + xr.uniform(5, 60), 'resume')
+        else:
+            self._at(t, 'fencing', xr.choice(['off', 'on']), host)
+
     def commands(self) -> list[sim_scenario.Command]:
         ordered = sorted(self.timeline, key=lambda c: c[0])
         return [sim_scenario.Command(float(t), name, args, i + 1)
@@ -313,6 +446,8 @@ class Case:
                 last[args[0]] = ' '.join(args[1:])
             elif name == 'enable':
                 last[args[0]] = None
+            elif name in ('maintenance', 'fencing') and len(args) > 1:
+                last[args[1]] = None  # the operator handed it over
         return {h: r for h, r in last.items() if r}
 
     # -- files -------------------------------------------------------------
@@ -336,6 +471,18 @@ class Case:
         with open(os.path.join(directory, 'timeline'), 'w') as f:
             for t, name, args in sorted(self.timeline, key=lambda c: c[0]):
                 f.write('%d %s %s\n' % (t, name, ' '.join(args)))
+        if self.veto is not None:
+            vetoed, code = self.veto
+            path = os.path.join(directory, 'guard')
+            with open(path, 'w') as f:
+                f.write('#!/bin/sh\ncat >/dev/null\n')
+                if code == 1:
+                    f.write('echo \'{"veto": ["%s"], "reason": "fuzz '
+                            'guard"}\'\n' % vetoed)
+                elif code == 2:
+                    f.write('echo "guard broken" >&2\n')
+                f.write('exit %d\n' % code)
+            os.chmod(path, 0o755)
         with open(os.path.join(directory, 'README.md'), 'w') as f:
             f.write('# fuzz-%d: generated by benchmarks/scenario_fuzz.py '
                     '--seed %d\n' % (self.seed, self.seed))
@@ -379,8 +526,15 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
     heartbeat = 'heartbeat' in case.options['detection.detectors']
     failed_at = {}
     for t, name, args in case.timeline:
-        if name in FAILURES:
-            failed_at[args[0]] = min(t, failed_at.get(args[0], t))
+        host = (args[1] if name == 'fencing' and len(args) > 1
+                else args[0] if name in FAILURES else None)
+        if host is not None:  # a failure, or an operator's power-off
+            failed_at[host] = min(t, failed_at.get(host, t))
+    for h, (state, power) in case.markers.items():
+        # A marker of a failure still being recovered: the host may
+        # rightly be fenced (an adopted marker is a claim, not proof).
+        if state in ('fenced', 'evacuating') or power == 'off':
+            failed_at[h] = 0
     request = world.device_request
 
     def checked(name, state, remaining):

@@ -267,6 +267,8 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
         if spec.get('power', 'on') == 'off':
             h.chassis_on = h.os_running = False
             h.hb_since, h.last_hb = None, spec.get('last_heartbeat', -120)
+            # Its heartbeat agent went silent with it.
+            h.agent_since, h.agent_last = None, h.last_hb
         if spec.get('compute', 'running') != 'running':
             h.compute_running = False
             h.hb_since, h.last_hb = None, spec.get('last_heartbeat', -120)
