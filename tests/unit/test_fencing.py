@@ -240,12 +240,28 @@ class TestHostMatching(testtools.TestCase):
                           'hosts compute-1.az1, compute-1.az2', str(exc))
         self.assertEqual('compute-0.az1',
                          config.match_host('compute-0.az1', keys, '', nova))
-        # Without Nova's names (or with one host of that short name) the
-        # short key serves its host as before.
+        # Without Nova's names (or with one host of that short name, all
+        # in one domain) the short key serves its host as before.
         self.assertEqual('compute-1', config.match_host('compute-1.az2',
                                                         keys))
         self.assertEqual('compute-1', config.match_host(
-            'compute-1.az2', keys, '', ['compute-1.az2', 'compute-0.az1']))
+            'compute-1.az2', keys, '', ['compute-1.az2', 'compute-0.az2']))
+
+    def test_short_key_in_a_cloud_of_several_domains_serves_none(self):
+        # compute-1.az1 may exist unseen (its service record deleted before
+        # this copy started): the short key could name either machine.
+        keys = ['compute-1', 'compute-0.az1']
+        exc = self.assertRaises(
+            exceptions.ConfigurationError, config.match_host,
+            'compute-1.az2', keys, 'f.yaml',
+            ['compute-1.az2', 'compute-0.az1'])
+        self.assertIn('entry compute-1 is a short name, and Nova\'s hosts '
+                      'are in several domains (az1, az2)', str(exc))
+        self.assertIn('Give host compute-1.az2 an entry with its exact name',
+                      str(exc))
+        # A full key for a short Nova name guesses nothing.
+        self.assertEqual('c2.example.com', config.match_host(
+            'c2', ['c2.example.com'], '', ['c2', 'c3.az1', 'c4.az2']))
 
     def test_key_naming_another_host_exactly_is_not_borrowed(self):
         keys = ['compute-1']

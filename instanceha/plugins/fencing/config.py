@@ -170,6 +170,20 @@ def match_host(host: str, keys: Iterable[str], path: str = '',
             '%s; it serves none of them. Give host %s an entry with its '
             'exact name' % (path, key, ', '.join(sorted(others + [host])),
                             host))
+    if '.' not in key and '.' in host:
+        # A short key for a full name guesses the domain. Where Nova's
+        # hosts have several domains, the other host of that short name
+        # may exist unseen (its service record deleted before this copy
+        # started): the guess could power off the wrong machine.
+        domains = sorted({h.split('.', 1)[1].lower() for h in nova_hosts
+                          if '.' in h})
+        if len(domains) > 1:
+            raise exceptions.ConfigurationError(
+                'fencing file %s: entry %s is a short name, and Nova\'s '
+                'hosts are in several domains (%s): it cannot tell which '
+                'host of that name it powers; it serves none. Give host %s '
+                'an entry with its exact name' % (
+                    path, key, ', '.join(domains), host))
     return key
 
 
