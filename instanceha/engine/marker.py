@@ -83,6 +83,10 @@ class Marker:
     #: The host's evacuation was stopped (an instance was given up and
     #: ``on_instance_failure = stop_host``): nothing more is started.
     stopped: bool = False
+    #: The host announced this shutdown (``poweroff``) and was proven off
+    #: by reading its devices: it is not powered on again (the shutdown
+    #: policy failover); a resumed copy reads it here.
+    shutdown: str | None = None
     #: Free text for operators (the failure note), written last.
     note: str = ''
     #: ``key=value`` fields this version does not know, kept as written.
@@ -100,6 +104,8 @@ class Marker:
             out.append(('rid', self.recovery))
         if self.stopped:
             out.append(('stopped', 'yes'))
+        if self.shutdown:
+            out.append(('shutdown', self.shutdown))
         if self.gave_up:
             out.append(('gave_up', ','.join(self.gave_up)))
         return out + list(self.extra)
@@ -187,6 +193,7 @@ class Marker:
             gave_up=tuple(i for i in known.get('gave_up', '').split(',')
                           if i),
             stopped=known.get('stopped') == 'yes',
+            shutdown=known.get('shutdown') or None,
             note=' '.join(tokens).strip(), extra=tuple(extra))
 
     def details(self) -> str:
@@ -199,7 +206,7 @@ class Marker:
 
 
 _KNOWN = frozenset({'fenced_at', 'spare', 'kdump', 'rid', 'stopped',
-                    'gave_up'})
+                    'gave_up', 'shutdown'})
 
 
 def parse(reason: str | None) -> Marker | None:

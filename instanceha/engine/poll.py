@@ -347,6 +347,7 @@ class Poll(tick.Plumbing):
                               detected=when, resumed=True,
                               servers=tuple(snapshot.servers_on(svc.host)),
                               spare=parsed.spare, kdump=parsed.kdump,
+                              shutdown=parsed.shutdown,
                               gave_up=parsed.gave_up, stopped=parsed.stopped,
                               since=(parsed.fenced_at or when) -
                               workflow.MIGRATION_SLACK,

@@ -262,6 +262,8 @@ class FenceResult:
     #: operation was made: fence found it off by reading its devices,
     #: unfence left it off (see instanceha.engine.shutdown).
     announced: bool = False
+    #: What it announced (``reboot`` or ``poweroff``) when ``announced``.
+    shutdown: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -241,7 +241,8 @@ class AnnouncedFencer(ports.Fencer):
                      'it off (%s): proven off without a power operation',
                      host, ann.kind, reading.detail)
             return ports.FenceResult(host=host, level=reading.level,
-                                     devices=(), announced=True)
+                                     devices=(), announced=True,
+                                     shutdown=ann.kind)
         grace = self._source.poweroff_grace
         if ann.kind == POWEROFF and reading.on and age < grace:
             raise exceptions.FencingError(
@@ -261,5 +262,5 @@ class AnnouncedFencer(ports.Fencer):
                      'powering it on; it is enabled when it comes back',
                      host)
             return ports.FenceResult(host=host, level=0, devices=(),
-                                     announced=True)
+                                     announced=True, shutdown=ann.kind)
         return self._inner.unfence(host)

@@ -31,6 +31,7 @@ from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import shutdown
 from instanceha.engine.states import HostState
 from instanceha.engine import tick
 from instanceha.engine import workflow
@@ -99,8 +100,14 @@ class Steps(tick.Plumbing):
             return
         wf.kdump = bool(result.kdump)
         wf.fence_level = result.level
+        wf.shutdown = (shutdown.POWEROFF if result.announced and
+                       result.shutdown == shutdown.POWEROFF else None)
         details = {'kdump': True} if wf.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
+        if result.announced:
+            # Read off, no power operation: say what proved it.
+            details = {'proven': 'read', 'level': result.level,
+                       'shutdown': result.shutdown}
         self._transition(wf, S.FENCED, **details)
         if not self.conf.disabled:  # else held here (detect-only mode)
             self._step_fenced(wf)
@@ -438,6 +445,16 @@ class Steps(tick.Plumbing):
                                                     kdump=True))
             return
         if self._rebuilding(wf.host):
+            return
+        if wf.shutdown == shutdown.POWEROFF:
+            # Switched off on purpose (announced) and only read off: it is
+            # not powered on (nothing power-cycled it); it is enabled when
+            # someone starts it and Nova reports it up.
+            self._submit(wf, lambda: self._mark(wf, S.WAITING_UP),
+                         lambda _: self._transition(
+                             wf, S.WAITING_UP, shutdown=wf.shutdown,
+                             reason='powered off on purpose: left off, '
+                             'enabled when it comes back'))
             return
         # No marker of its own: the power-on job writes waiting_up. A copy
         # resuming before that finds "evacuated" (or "evacuating"), sees

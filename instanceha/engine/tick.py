@@ -200,7 +200,7 @@ class Plumbing:
             state=state, when=self.env.clock.now(),
             fenced_at=(wf.since + workflow.MIGRATION_SLACK) if wf.since else None,
             spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
-            recovery=wf.recovery or None,
+            recovery=wf.recovery or None, shutdown=wf.shutdown,
             # What was given up matters while instances are evacuated.
             gave_up=wf.gave_up if state is S.EVACUATING else (),
             stopped=wf.stopped and state is S.EVACUATING,

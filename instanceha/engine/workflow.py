@@ -126,6 +126,10 @@ class HostWorkflow:
     attempts: int = 0
     retry_at: float = 0.0
     kdump: bool = False
+    #: ``poweroff``: the host announced its power-off and was proven off
+    #: by reading its devices; it stays off (in the marker: a resumed
+    #: copy must not power it on either).
+    shutdown: str | None = None
     kdump_deadline: float | None = None
     fence_level: int | None = None
     spare: str | None = None
