@@ -43,6 +43,7 @@ import datetime
 import logging
 
 from instanceha.engine import events
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import shutdown
 from instanceha.engine import states
@@ -56,6 +57,8 @@ S = states.HostState
 #: How the maintenance reason of a host drained by the migrate policy
 #: starts (its note): only such a maintenance is ended here.
 DRAIN_NOTE = 'shutdown policy migrate:'
+#: Seconds between two looks at moves an earlier leader started.
+DRAIN_RECHECK = 5.0
 
 
 def drained_by_us(service: model.Service | None) -> bool:
@@ -81,6 +84,18 @@ class _Host:
     overdue: bool = False
     #: Why nothing is done (logged once).
     left: str | None = None
+    #: failover: the announcement is recorded in Nova (or need not be).
+    recorded: bool = False
+
+    def durable(self) -> bool:
+        """Whether the next copy would know what this one decided.
+
+        The agent is answered ``noted`` only then: until it is answered
+        it repeats its announcement, so a copy that starts (or leads)
+        meanwhile hears it again.
+        """
+        return (self.recorded or self.overdue or self.left is not None
+                or self.state is not S.HEALTHY)
 
 
 class ShutdownHandler:
@@ -133,7 +148,9 @@ class ShutdownHandler:
                                            ann.host)
             action = self._action(policy, ann.kind)
         if action != shutdown.MIGRATE:
-            return protocol.NOTED
+            # Noted once what was decided is in Nova (see _Host.durable);
+            # no answer yet: the agent asks again a second later.
+            return protocol.NOTED if h is not None and h.durable() else None
         if h is None or h.drain in (None, 'running'):
             return protocol.DRAINING
         return protocol.DRAINED if h.drain == 'done' else protocol.NOTED
@@ -177,9 +194,12 @@ class ShutdownHandler:
             if snapshot.taken_at > when:
                 del self._enabled[host]
         for svc in snapshot.services:
-            if (svc.host not in pending and svc.host not in self._enabled
-                    and shutdown.frozen(svc)):
+            if svc.host in pending or svc.host in self._enabled:
+                continue
+            if shutdown.frozen(svc):
                 self._orphan(listener, svc, shutdown.frozen(svc))
+            elif drained_by_us(svc):
+                self._orphan_drain(listener, svc)
 
     def _harvest(self) -> None:
         for h in list(self._hosts.values()):
@@ -243,7 +263,10 @@ class ShutdownHandler:
         if listener.returned(host):
             self._returned(h, svc, listener)
             return
-        if h.action == shutdown.FAILOVER or h.overdue:
+        if h.overdue:
+            return  # the engine's recovery
+        if h.action == shutdown.FAILOVER:
+            self._record(h, svc)
             return  # the engine's recovery
         silent = listener.now() - ann.last
         if silent > self.conf.shutdown.return_timeout:
@@ -291,13 +314,50 @@ class ShutdownHandler:
         self._submit(h, freeze, lambda _: self._move(
             h, S.FROZEN, kind=h.ann.kind, policy=h.policy, expect_in=left))
 
-    def _drain(self, h: _Host, svc: model.Service) -> None:
-        if drained_by_us(svc):
-            h.drain = 'done'
-            self._move(h, S.DRAINING, reason='drained by an earlier leader')
-            self._move(h, S.FROZEN, reason='drained by an earlier leader')
+    def _record(self, h: _Host, svc: model.Service) -> None:
+        """failover: disable the host with the announcement's record.
+
+        The engine recovers the host (it is in scope: see
+        :class:`~instanceha.engine.shutdown.Frozen`); the record makes
+        the announcement durable before the agent is answered, so a copy
+        that resumes before the host is proven off still reads it off
+        instead of power-cycling it. Nothing is written over another
+        reason (an operator's, or the recovery's marker once fenced): the
+        service is read again under the host's lock first.
+        """
+        if h.recorded:
             return
-        why = self._not_ours(h, svc) or (
+        if svc.disabled:
+            h.recorded = True
+            if not (shutdown.frozen(svc) or
+                    marker_mod.Marker.parse(svc.disabled_reason)):
+                self._leave(h, 'its compute service is disabled (reason: '
+                            '%s)' % (svc.disabled_reason or 'none'))
+            return
+        now = self.env.clock.now()
+        reason = shutdown.Frozen(
+            since=now, kind=h.ann.kind, action=shutdown.FAILOVER,
+            until=now + datetime.timedelta(
+                seconds=self.conf.shutdown.return_timeout),
+            note='policy %s (%s): recovered elsewhere once proven off'
+            % (h.policy, h.source)).render()
+        cloud = self.env.cloud
+        host = h.ann.host
+
+        def record():
+            current = cloud.read_services().service(host)
+            if current is not None and not current.disabled:
+                cloud.update_service(current, status=model.DISABLED,
+                                     disabled_reason=reason)
+
+        self._submit(h, record, lambda _: setattr(h, 'recorded', True))
+
+    def _drain(self, h: _Host, svc: model.Service) -> None:
+        # A drain an earlier leader started is ours: it is resumed (what
+        # is left is moved, moves under way are waited for), never taken
+        # for finished.
+        resumed = drained_by_us(svc)
+        why = (None if resumed else self._not_ours(h, svc)) or (
             'its compute service is down: nothing can be live-migrated'
             if svc.state != model.UP or svc.forced_down else None)
         if why:
@@ -305,7 +365,9 @@ class ShutdownHandler:
             self._leave(h, why)
             return
         h.drain = 'running'
-        self._move(h, S.DRAINING, kind=h.ann.kind, policy=h.policy)
+        self._move(h, S.DRAINING, kind=h.ann.kind, policy=h.policy,
+                   **({'reason': 'resumed: started by an earlier leader'}
+                      if resumed else {}))
         work = maintenance.Maintenance(
             self.env.cloud, out=lambda text: LOG.info('shutdown drain: %s',
                                                       text),
@@ -314,10 +376,20 @@ class ShutdownHandler:
         note = '%s %s announced' % (DRAIN_NOTE, h.ann.kind)
         timeout = self.conf.shutdown.drain_timeout
 
+        clock = self.env.clock
+
         def drain():
-            return work.start(h.ann.host, now, note=note, wait=True,
-                              timeout=timeout,
-                              concurrency=max(1, self.conf.workers))
+            deadline = clock.monotonic() + timeout
+            while True:
+                outcomes = work.start(h.ann.host, now, note=note, wait=True,
+                                      timeout=timeout,
+                                      concurrency=max(1, self.conf.workers))
+                # Moves another copy started are not followed by start():
+                # asked again until they have ended.
+                if (not any(o.result == 'running' for o in outcomes)
+                        or clock.monotonic() >= deadline):
+                    return outcomes
+                clock.sleep(DRAIN_RECHECK)
 
         def done(outcomes):
             h.drain = 'done'
@@ -328,11 +400,26 @@ class ShutdownHandler:
 
         self._submit(h, drain, done)
 
+    def _enable_frozen(self, host: str) -> Callable:
+        """The job enabling ``host`` if it still carries our record.
+
+        Read again under the host's lock: the recovery (failover) may
+        have replaced the record with its marker meanwhile, and an
+        operator may have taken the host.
+        """
+        cloud = self.env.cloud
+
+        def enable():
+            current = cloud.read_services().service(host)
+            if current is not None and shutdown.frozen(current):
+                cloud.update_service(current, status=model.ENABLED)
+
+        return enable
+
     def _enable(self, h: _Host, svc: model.Service) -> Callable | None:
         """The job that enables the host again, None if it is not ours."""
         if shutdown.frozen(svc):
-            cloud = self.env.cloud
-            return lambda: cloud.update_service(svc, status=model.ENABLED)
+            return self._enable_frozen(h.ann.host)
         if drained_by_us(svc):
             work = maintenance.Maintenance(
                 self.env.cloud, out=lambda text: LOG.info(
@@ -397,16 +484,14 @@ class ShutdownHandler:
         back = (svc.state == model.UP and not svc.forced_down
                 and age is not None
                 and age <= self.conf.heartbeat.timeout)
-        if not back and now <= fr.until:
+        if not back and (fr.failover or now <= fr.until):
+            # A failover record stays until the recovery replaces it.
             return
         ann = shutdown.Announcement(host=host, kind=fr.kind, boot_id=b'',
                                     first=0.0, last=0.0)
         h = self._hosts[host] = _Host(ann=ann, policy='', source='',
                                       action=shutdown.FREEZE, state=S.FROZEN)
-        cloud = self.env.cloud
-
-        def enable():
-            cloud.update_service(svc, status=model.ENABLED)
+        enable = self._enable_frozen(host)
 
         if back:
             self._submit(h, enable, lambda _: (
@@ -426,6 +511,44 @@ class ShutdownHandler:
                     'not back within [shutdown] return_timeout: judged '
                     'like any host from now on')),
                 self._hosts.pop(host, None)))
+
+    def _orphan_drain(self, listener, svc: model.Service) -> None:
+        """A drain in Nova that no announcement in memory explains.
+
+        Its host is back when its agent beats again (an agent stops
+        beating when it announces) and Nova reports it up: maintenance
+        ends as for a host whose return this copy saw.
+        """
+        host = svc.host
+        h = self._hosts.get(host)
+        if h is not None and h.future is not None:
+            return
+        age = listener.age(host)
+        if not (svc.state == model.UP and not svc.forced_down
+                and age is not None
+                and age <= self.conf.heartbeat.timeout):
+            return
+        parsed = maintenance.parse_reason(svc.disabled_reason)
+        kind = (shutdown.REBOOT if parsed and 'reboot' in parsed[1]
+                else shutdown.POWEROFF)
+        ann = shutdown.Announcement(host=host, kind=kind, boot_id=b'',
+                                    first=0.0, last=0.0)
+        h = self._hosts[host] = _Host(ann=ann, policy='', source='',
+                                      action=shutdown.MIGRATE, state=S.FROZEN,
+                                      drain='done')
+        work = maintenance.Maintenance(
+            self.env.cloud, out=lambda text: LOG.info(
+                'shutdown return: %s', text), clock=self.env.clock,
+            run_all=self._run_all)
+        now = self.env.clock.now()
+        since = parsed[0] if parsed else now
+        self._submit(h, lambda: work.end(host), lambda _: (
+            self._enabled.__setitem__(host, self.env.clock.now()),
+            self._emit(events.SHUTDOWN_RETURNED, host, kind=kind,
+                       after=int((now - since).total_seconds()),
+                       enabled=True),
+            self._move(h, S.HEALTHY, reason='back'),
+            self._hosts.pop(host, None)))
 
     # The service's tick loop tells every observer about each tick.
 

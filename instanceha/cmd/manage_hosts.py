@@ -61,7 +61,13 @@ def describe(service: model.Service) -> dict:
                  else (service.disabled_reason or '')),
     }
     frozen = shutdown.frozen(service)
-    if frozen is not None:
+    if frozen is not None and frozen.failover:
+        # Recorded for failover: recovered once proven off.
+        row.update(instanceha='announced',
+                   since=marker.format_ts(frozen.since),
+                   note='announced a %s; recovered elsewhere once proven '
+                   'off (shutdown policy failover)' % frozen.kind)
+    elif frozen is not None:
         # Frozen by its announced shutdown (not a recovery marker).
         row.update(instanceha=S.FROZEN.value,
                    since=marker.format_ts(frozen.since),

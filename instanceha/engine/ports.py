@@ -262,7 +262,8 @@ class FenceResult:
     #: operation was made: fence found it off by reading its devices,
     #: unfence left it off (see instanceha.engine.shutdown).
     announced: bool = False
-    #: What it announced (``reboot`` or ``poweroff``) when ``announced``.
+    #: What the host announced (``reboot`` or ``poweroff``), also when it
+    #: had to be fenced for real after all; None: no announcement.
     shutdown: str | None = None
 
 

@@ -71,23 +71,43 @@ _REASON_RE = re.compile(
     r'(?: (?P<note>.*))?$' % re.escape(REASON_PREFIX), re.DOTALL)
 
 
+_ACTION_RE = re.compile(r'^action=(?P<action>[a-z]+)(?: (?P<note>.*))?$',
+                        re.DOTALL)
+
+
 @dataclasses.dataclass(frozen=True)
 class Frozen:
-    """What the disabled_reason of a frozen host says."""
+    """What the disabled_reason of a frozen host says.
+
+    Also the record of an announced host under failover (``action``
+    ``failover``), written before its agent is answered: a copy that
+    starts before the host is proven off still knows it announced its
+    shutdown (never power-cycled, not powered on afterwards). Such a host
+    is in scope: it is recovered, not frozen.
+    """
 
     since: datetime.datetime
     kind: str
     #: When it is handled as failed if it has not come back.
     until: datetime.datetime
     note: str = ''
+    #: FAILOVER for a failover record; None: a freeze (written by every
+    #: version before the element existed).
+    action: str | None = None
 
     def render(self) -> str:
         text = '%s %s %s until=%s' % (REASON_PREFIX,
                                       marker.format_ts(self.since),
                                       self.kind, marker.format_ts(self.until))
+        if self.action:
+            text += ' action=%s' % self.action
         if self.note:
             text += ' ' + ' '.join(self.note.split())
         return text[:255]
+
+    @property
+    def failover(self) -> bool:
+        return self.action == FAILOVER
 
     @classmethod
     def parse(cls, reason: str | None) -> 'Frozen | None':
@@ -98,8 +118,12 @@ class Frozen:
             m.group('until'))
         if since is None or until is None:
             return None
+        note, action = m.group('note') or '', None
+        am = _ACTION_RE.match(note)
+        if am:
+            action, note = am.group('action'), am.group('note') or ''
         return cls(since=since, kind=m.group('kind'), until=until,
-                   note=m.group('note') or '')
+                   note=note, action=action)
 
 
 def frozen(service: model.Service | None) -> 'Frozen | None':
@@ -253,7 +277,10 @@ class AnnouncedFencer(ports.Fencer):
         LOG.warning('host %s announced a %s but its fencing devices do not '
                     'report it off (%s): fencing it like any failed host',
                     host, ann.kind, reading.detail)
-        return self._inner.fence(host)
+        # Fenced for real, but what it announced still holds (a host
+        # switched off on purpose stays off after its evacuation).
+        return dataclasses.replace(self._inner.fence(host),
+                                   shutdown=ann.kind)
 
     def unfence(self, host: str) -> ports.FenceResult:
         ann, _age = self._announcement(host)

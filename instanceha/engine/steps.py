@@ -100,14 +100,16 @@ class Steps(tick.Plumbing):
             return
         wf.kdump = bool(result.kdump)
         wf.fence_level = result.level
-        wf.shutdown = (shutdown.POWEROFF if result.announced and
-                       result.shutdown == shutdown.POWEROFF else None)
+        wf.shutdown = (shutdown.POWEROFF if result.shutdown ==
+                       shutdown.POWEROFF else None)
         details = {'kdump': True} if wf.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         if result.announced:
             # Read off, no power operation: say what proved it.
             details = {'proven': 'read', 'level': result.level,
-                       'shutdown': result.shutdown}
+                       'devices': ()}
+        if result.shutdown:
+            details['shutdown'] = result.shutdown
         self._transition(wf, S.FENCED, **details)
         if not self.conf.disabled:  # else held here (detect-only mode)
             self._step_fenced(wf)

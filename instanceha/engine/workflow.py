@@ -22,6 +22,7 @@ import uuid
 from instanceha.engine import evacuation
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import shutdown
 from instanceha.engine.states import HostState
 from instanceha import exceptions
 
@@ -90,6 +91,9 @@ def operators_reason(svc: model.Service | None) -> str | None:
         return None
     if marker_mod.Marker.parse(svc.disabled_reason) is not None:
         return None
+    frozen = shutdown.Frozen.parse(svc.disabled_reason)
+    if frozen is not None and frozen.failover:
+        return None  # our record of an announced shutdown under failover
     if svc.disabled_reason:
         return 'disabled with the reason "%s"' % svc.disabled_reason
     return 'disabled without a reason'

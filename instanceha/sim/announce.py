@@ -40,6 +40,8 @@ class SimAnnouncement:
     boot: int
     first: float
     last: float
+    #: The latest answer heard (the agent keeps it between rounds).
+    status: str | None = None
 
 
 def as_announcement(host: str, ann: SimAnnouncement
@@ -80,14 +82,18 @@ def announce(world, host: str, kind: str, hang: bool = False) -> None:
         answers = [a for a in (lst.answer(host)
                                for lst in world.heartbeat_listeners) if a]
         waited = now - ann.first
+        if answers:
+            ann.status = answers[0]
+        # As the agent: the latest answer counts until another comes (a
+        # copy that stops answering mid-drain leaves it waiting).
         if protocol.DRAINED in answers or protocol.NOTED in answers:
             go_down(answers[0])
-        elif protocol.DRAINING in answers and waited < DRAIN_TIMEOUT:
+        elif ann.status == protocol.DRAINING and waited < DRAIN_TIMEOUT:
             world.at(now + 1, ask)
-        elif not answers and waited < ANSWER_TIMEOUT:
+        elif ann.status is None and waited < ANSWER_TIMEOUT:
             world.at(now + 1, ask)
         else:
-            go_down(answers[0] if answers else 'none')
+            go_down(ann.status or 'none')
 
     def go_down(answer: str) -> None:
         world.say('host', 'shutting_down', host, kind=kind, answer=answer)

@@ -46,6 +46,28 @@ BASES = (
     'on-instance-failure-stop-host',
 )
 
+#: Every state of each shutdown policy (freeze, failover, migrate, a
+#: hung power-off, an operator's reason) and of a process failure: the
+#: announcement, the freeze, the failover record and the drain are in
+#: Nova, and an agent repeats its announcement until it is answered.
+#: (shutdown-failover-host-returns and shutdown-failover-bmc-says-on are
+#: left out: their outcome depends on when the host goes down relative to
+#: fixed timeline commands, which a restart delays.)
+SHUTDOWN_BASES = (
+    'shutdown-conditional-reboot',
+    'shutdown-conditional-poweroff',
+    'shutdown-freeze-poweroff',
+    'shutdown-migrate',
+    'shutdown-migrate-paused',
+    'shutdown-reboot-never-returns',
+    'shutdown-poweroff-hangs',
+    'shutdown-aggregate-override',
+    'shutdown-freeze-operator-takes-over',
+    'shutdown-operator-disabled',
+    'process-failure-operator-enables',
+    'process-failure-stop-compute',
+)
+
 #: Bases run again with instances locked only when their status must be
 #: restored (the default): the lock's reason is then the only record
 #: of that status across a restart.
@@ -154,7 +176,7 @@ def _make_test(base: str, how: str, locking: bool = False):
     return test
 
 
-for _base in BASES:
+for _base in BASES + SHUTDOWN_BASES:
     for _how in ('crash', 'restart'):
         setattr(TestRestartEverywhere, 'test_%s_%s' % (
             _how, _base.replace('-', '_')), _make_test(_base, _how))

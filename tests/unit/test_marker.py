@@ -32,10 +32,22 @@ class TestMarker(testtools.TestCase):
             m = Marker(state=state, when=NOW, fenced_at=FENCED,
                        spare='spare-1', kdump=True, recovery='r-1a2b',
                        gave_up=('0a1b2c3d4e5f', 'ffee00112233'),
-                       stopped=True, note='2 instance(s) not evacuated')
+                       stopped=True, shutdown='poweroff',
+                       note='2 instance(s) not evacuated')
             text = m.render()
             self.assertLessEqual(len(text), marker.MAX_LENGTH)
             self.assertEqual(m, Marker.parse(text))
+
+    def test_shutdown_element_is_only_added(self):
+        # Written by the previous version (no element): adopted, and the
+        # host is powered on after its evacuation as before.
+        old = Marker.parse('instanceha:evacuating 2026-11-29T12:00:05Z '
+                           'fenced_at=2026-11-29T12:00:01Z rid=r-1')
+        self.assertIsNone(old.shutdown)
+        self.assertEqual('r-1', old.recovery)
+        new = old.replace(shutdown='poweroff')
+        self.assertIn(' shutdown=poweroff', new.render())
+        self.assertEqual('poweroff', Marker.parse(new.render()).shutdown)
 
     def test_failed_stands_out(self):
         text = Marker(state=S.FAILED, when=NOW, note='x').render()

@@ -321,6 +321,23 @@ class TestPolicy(testtools.TestCase):
         self.assertIsNone(shutdown.Frozen.parse('instanceha:fenced x'))
         self.assertIsNone(shutdown.Frozen.parse('firmware update'))
 
+    def test_failover_record_round_trip_and_old_freezes_parse(self):
+        fr = shutdown.Frozen(since=NOW, kind='poweroff',
+                             until=NOW + datetime.timedelta(seconds=900),
+                             note='policy failover', action='failover')
+        text = fr.render()
+        self.assertIn(' action=failover policy failover', text)
+        self.assertEqual(fr, shutdown.Frozen.parse(text))
+        self.assertTrue(shutdown.Frozen.parse(text).failover)
+        # A freeze written by the previous version: no action, a freeze.
+        old = shutdown.Frozen.parse(
+            'instanceha-shutdown 2026-01-01T00:01:00Z reboot '
+            'until=2026-01-01T00:16:00Z policy conditional ([shutdown] '
+            'policy)')
+        self.assertIsNone(old.action)
+        self.assertFalse(old.failover)
+        self.assertEqual('policy conditional ([shutdown] policy)', old.note)
+
 
 class TestCombine(testtools.TestCase):
 

@@ -116,6 +116,9 @@ class HeartbeatDetector(base.Detector):
         self.listener = listener
         self._own_listener = listener is None
         self._first_seen: dict[str, float] = {}
+        #: Announcements read back from Nova (a failover record this copy
+        #: did not hear: it started or became leader afterwards).
+        self._recorded: dict[str, shutdown.Announcement] = {}
         self._prev_fresh: set[str] = set()
         self._isolated: set[str] = set()
         self._held: set[str] = set()
@@ -221,12 +224,38 @@ class HeartbeatDetector(base.Detector):
     # -- the engine's announcement source -------------------------------
 
     def announcement(self, host: str) -> shutdown.Announcement | None:
+        """What the host announced: heard, else recorded in Nova."""
         lst = self.listener
-        return lst.announcement(host) if lst is not None else None
+        heard = lst.announcement(host) if lst is not None else None
+        return heard if heard is not None else self._recorded.get(host)
 
     def returned(self, host: str) -> bool:
         lst = self.listener
-        return bool(lst is not None and lst.returned(host))
+        if lst is None:
+            return False
+        if lst.announcement(host) is not None or host not in self._recorded:
+            return bool(lst.returned(host))
+        # Recorded only: an agent stops beating when it announces, so any
+        # heartbeat since the record means the host is back.
+        age = lst.age(host)
+        return age is not None and lst.now() - age > self._recorded[
+            host].last
+
+    def _read_records(self, snapshot: model.Snapshot,
+                      now: datetime.datetime, mono: float) -> None:
+        """Failover records in Nova (the announcement, made durable)."""
+        recorded = {}
+        for svc in snapshot.services:
+            fr = shutdown.frozen(svc)
+            if fr is None or not fr.failover:
+                continue
+            at = mono - max(0.0, (now - fr.since).total_seconds())
+            old = self._recorded.get(svc.host)
+            recorded[svc.host] = old if old is not None and (
+                old.kind == fr.kind) else shutdown.Announcement(
+                    host=svc.host, kind=fr.kind, boot_id=b'', first=at,
+                    last=at)
+        self._recorded = recorded
 
     def now(self) -> float:
         return self.listener.now()
@@ -254,6 +283,7 @@ class HeartbeatDetector(base.Detector):
         lst.set_known_hosts(hosts)
         timeout = self.conf.heartbeat.timeout
         mono = lst.now()
+        self._read_records(snapshot, now, mono)
         for host in set(self._first_seen) - set(hosts):
             del self._first_seen[host]
         self._isolated &= set(hosts)

@@ -39,6 +39,8 @@ class EnabledFilter(base.Filter):
         if states.parse_marker(svc.disabled_reason):
             return None
         frozen = shutdown.Frozen.parse(svc.disabled_reason)
+        if frozen is not None and frozen.failover:
+            return None  # recovered: failover of an announced shutdown
         if frozen is not None:
             return ('frozen by its announced %s until %s (shutdown policy)'
                     % (frozen.kind, frozen.until.isoformat()))
