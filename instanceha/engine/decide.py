@@ -202,21 +202,34 @@ def _instance_reason(filters, server, snapshot) -> str | None:
     return None
 
 
-def eligible_servers(filters, host: str, snapshot: model.Snapshot
+def host_reasons(filters, host: str, snapshot: model.Snapshot
+                 ) -> list[str]:
+    """Why the host filters leave ``host`` out (empty: they keep it).
+
+    The host half of the one eligibility rule (an aggregate tag, a host
+    name skipped): evacuation and instance failure handling both use it.
+    """
+    return _host_reasons(filters, host, snapshot)
+
+
+def eligible_servers(filters, host: str, snapshot: model.Snapshot,
+                     context: model.Snapshot | None = None
                      ) -> tuple[tuple[model.Server, ...], list[str]]:
     """The host's servers the instance filters keep, and why others not.
 
-    The one eligibility rule: evacuation and instance failure handling
-    both use it.
+    The instance half of the one eligibility rule: evacuation and
+    instance failure handling both use it. ``context``: the snapshot the
+    filters judge by (every server, image and aggregate read), when
+    ``snapshot`` holds only the servers to judge.
     """
-    return _eligible_servers(filters, host, snapshot)
+    return _eligible_servers(filters, host, snapshot, context)
 
 
-def _eligible_servers(filters, host, snapshot
+def _eligible_servers(filters, host, snapshot, context=None
                       ) -> tuple[tuple[model.Server, ...], list[str]]:
     kept, dropped = [], []
     for server in snapshot.servers_on(host):
-        why = _instance_reason(filters, server, snapshot)
+        why = _instance_reason(filters, server, context or snapshot)
         if why:
             dropped.append('%s (%s): %s' % (server.name, server.id, why))
         else:

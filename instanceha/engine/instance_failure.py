@@ -126,6 +126,18 @@ def _opt(conf, name: str, default):
         return default
 
 
+def _context(snapshot: model.Snapshot,
+             servers: tuple[model.Server, ...]) -> model.Snapshot:
+    """The full read with ``servers`` (newer) in place of their old selves.
+
+    A filter's "nothing tagged" rule looks at every server of the read;
+    the stopped servers alone would make it conclude too much.
+    """
+    ids = {s.id for s in servers}
+    return dataclasses.replace(snapshot, servers=tuple(
+        s for s in snapshot.servers if s.id not in ids) + tuple(servers))
+
+
 class InstanceFailures:
     """One poll's work on crashed instances; see the module docstring."""
 
@@ -177,7 +189,8 @@ class InstanceFailures:
         view = dataclasses.replace(snapshot, servers=servers)
         if callable(paused):
             paused = paused()
-        self.cycle(view, plan, now, paused, busy)
+        self.cycle(view, plan, now, paused, busy,
+                   context=_context(snapshot, servers))
 
     def _read(self) -> tuple[model.Server, ...] | None:
         """The stopped servers, and those we act on that are not."""
@@ -217,15 +230,27 @@ class InstanceFailures:
 
     def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan | None,
               now: datetime.datetime, paused: bool = False,
-              busy=frozenset()) -> None:
-        """Act on the crashed instances among ``snapshot.servers``."""
+              busy=frozenset(),
+              context: model.Snapshot | None = None) -> None:
+        """Act on the crashed instances among ``snapshot.servers``.
+
+        Only eligible ones: the host filters (an aggregate tag, a host
+        name skipped) and the instance filters keep them, as for an
+        evacuation. ``context`` is what the filters judge by (the
+        engine's latest full read, which always holds the aggregates,
+        with these servers in it); default ``snapshot``.
+        """
         if not self.watching():
             return
         from instanceha.engine import decide
+        context = context or snapshot
+        filters = self.drivers.filters
         servers = []
         for host in sorted(self._in_scope(snapshot, plan, busy, now)):
+            if decide.host_reasons(filters, host, context):
+                continue  # never its instances (e.g. an untagged host)
             servers.extend(decide.eligible_servers(
-                self.drivers.filters, host, snapshot)[0])
+                filters, host, snapshot, context)[0])
         reads = int(_opt(self.conf, 'action_reads_per_cycle', 20))
         crashes: list[Crash] = []
         stopped = set()
