@@ -377,11 +377,22 @@ class ShutdownHandler:
         timeout = self.conf.shutdown.drain_timeout
 
         clock = self.env.clock
+        cloud = self.env.cloud
+        host = h.ann.host
+
+        def still_ours() -> bool:
+            # An operator who enabled the host (or gave it a reason of
+            # their own) meanwhile took it: it is not disabled again.
+            return drained_by_us(cloud.read_services().service(host))
 
         def drain():
             deadline = clock.monotonic() + timeout
+            outcomes: list = []
+            again = resumed
             while True:
-                outcomes = work.start(h.ann.host, now, note=note, wait=True,
+                if again and not still_ours():
+                    return outcomes
+                outcomes = work.start(host, now, note=note, wait=True,
                                       timeout=timeout,
                                       concurrency=max(1, self.conf.workers))
                 # Moves another copy started are not followed by start():
@@ -389,6 +400,7 @@ class ShutdownHandler:
                 if (not any(o.result == 'running' for o in outcomes)
                         or clock.monotonic() >= deadline):
                     return outcomes
+                again = True
                 clock.sleep(DRAIN_RECHECK)
 
         def done(outcomes):
