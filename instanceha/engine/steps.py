@@ -302,7 +302,14 @@ class Steps(tick.Plumbing):
                 reading = self._kdump_reading(host, window)
                 if reading is not None:
                     return reading
-            return self.env.fencer.power_state(host)
+            reading = self.env.fencer.power_state(host)
+            if kdump and reading.off:
+                # Its devices say off: the dump is over and the host will
+                # not reboot by itself (fenced again, possibly by a copy
+                # that stopped before writing so): it is powered on as
+                # any fenced host, never left waiting for a reboot.
+                wf.kdump = False
+            return reading
         return prove
 
     def _kdump_reading(self, host: str,
@@ -442,9 +449,25 @@ class Steps(tick.Plumbing):
                 seconds=self._kdump_opt('message_timeout', 30))
             if last is not None and self.env.clock.now() - last < quiet:
                 return
-            self._submit(wf, lambda: self._mark(wf, S.WAITING_UP),
-                         lambda _: self._transition(wf, S.WAITING_UP,
-                                                    kdump=True))
+            fencer = self.env.fencer
+
+            def mark() -> bool:
+                # Powered off (fenced again after its dump, perhaps by a
+                # copy that stopped before writing so), it never reboots
+                # by itself: powered on as any fenced host instead.
+                if fencer.power_state(wf.host).off:
+                    return False
+                self._mark(wf, S.WAITING_UP)
+                return True
+
+            def done(rebooting: bool) -> None:
+                if rebooting:
+                    self._transition(wf, S.WAITING_UP, kdump=True)
+                    return
+                wf.kdump = False
+                self._transition(wf, S.POWERING_ON)
+                self._step_powering_on(wf)
+            self._submit(wf, mark, done)
             return
         if self._rebuilding(wf.host):
             return
