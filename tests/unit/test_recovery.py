@@ -106,13 +106,7 @@ class TestHappyPath(TestCase):
         self.assertIn(('unlock', mine), rig.cloud.calls)
 
     def test_enable_only_after_up(self):
-        rig = fakes.Rig()
-        rig.cloud.boot('host1', 1)
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.power_on_without_boot()
-        rig.run(20)
-        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        rig = fakes.waiting_up_rig()
         svc = rig.cloud.services['host1']
         self.assertEqual('disabled', svc.status)
         self.assertFalse(svc.forced_down)
@@ -885,13 +879,7 @@ class TestPlanLogging(TestCase):
 class TestUpTimeout(TestCase):
 
     def test_host_that_never_comes_up_is_reported(self):
-        rig = fakes.Rig(up_timeout=60)
-        rig.cloud.boot('host1', 1)
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.power_on_without_boot()
-        rig.run(30)
-        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        rig = fakes.waiting_up_rig(run=30, up_timeout=60)
         self.assertEqual([], rig.events.named(events.UP_OVERDUE))
         rig.run(60)
         overdue = rig.events.named(events.UP_OVERDUE, 'host1')
@@ -962,13 +950,7 @@ class TestHandBack(TestCase):
                          rig.transitions('host1')[-3:])
 
     def test_waiting_up_enabled_by_operator(self):
-        rig = fakes.Rig()
-        rig.cloud.boot('host1', 1)
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.power_on_without_boot()
-        rig.run(20)
-        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        rig = fakes.waiting_up_rig()
         manage_hosts.clear(rig.cloud, 'host1', True, rig.clock.now())
         rig.cloud.revive('host1')
         rig.run(5)

@@ -32,6 +32,7 @@ from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.plugins import loader
 from instanceha.sim import clock as sim_clock
@@ -401,6 +402,24 @@ class Rig:
     def transitions(self, host):
         return [(d['old'], d['new'])
                 for d in self.events.named(events.HOST_STATE, host)]
+
+
+def waiting_up_rig(run: float = 20, **overrides) -> Rig:
+    """A rig whose host1 failed, was recovered and waits to come up.
+
+    Powered on by its fencing level but never booted: the engine left it
+    in waiting_up (``run`` seconds after the failure).
+    """
+    rig = Rig(**overrides)
+    rig.cloud.boot('host1', 1)
+    rig.run(2)
+    rig.cloud.kill('host1')
+    rig.power_on_without_boot()
+    rig.run(run)
+    if rig.engine.host_states() != {'host1': states.HostState.WAITING_UP}:
+        raise AssertionError('host1 not waiting_up: %r'
+                             % rig.engine.host_states())
+    return rig
 
 
 def failed_host_rig() -> Rig:
