@@ -12,17 +12,15 @@
 
 """Health (/healthz) and Prometheus metrics (/metrics) over HTTP.
 
-Three pieces, usable alone:
+Two pieces, usable alone; the metrics themselves (and the sink that
+counts the engine's events) are in :mod:`instanceha.metrics`:
 
-* :class:`Metrics` — the metrics, in a registry of their own. Labels take
-  values from small closed sets only (results, host states, plan
-  decisions, gate names), never host or instance names, so the number of
-  series stays bounded however large the cloud.
 * :class:`Monitor` — what the service loop tells health: each engine tick
   (:meth:`Monitor.tick_started`, :meth:`Monitor.tick_finished`, as an
-  observer of :func:`instanceha.engine.runner.loop`), plus the engine's
-  events through :class:`MetricsEventSink` (a reader of the service's
-  event fan-out), plus the coordinator's status. It decides readiness.
+  observer of :func:`instanceha.engine.runner.loop`), plus failed Nova
+  reads (from the metrics' event sink), plus the coordinator's status. It
+  decides readiness, and adds to ``/metrics`` what only the running loop
+  knows (leadership, readiness, hosts in recovery).
 * :class:`HealthServer` — a small threaded HTTP server serving both.
 
 :func:`attach` wires them into a service built by
@@ -50,176 +48,15 @@ import ssl
 import threading
 import time
 
-import prometheus_client as prom
 from prometheus_client import core as prom_core
 from prometheus_client import exposition
 
-from instanceha.engine import events as ev
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha import exceptions
+from instanceha import metrics as metrics_mod
 
 LOG = logging.getLogger(__name__)
-
-#: Durations of fencing and evacuation go from seconds to many minutes.
-_SLOW_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600)
-_CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
-#: At most this many distinct gate names become label values.
-_MAX_GATES = 32
-#: Evacuations whose end we never see (fire-and-forget) are forgotten
-#: beyond this many, so the start-time table cannot grow without bound.
-_MAX_TRACKED = 10000
-
-
-class Metrics:
-    """Every metric of the service, in a registry of its own."""
-
-    def __init__(self, registry: prom.CollectorRegistry | None = None):
-        self.registry = registry or prom.CollectorRegistry()
-        r = self.registry
-        self.cycles = prom.Counter(
-            'instanceha_cycles', 'Decision cycles (Nova polls) by result.',
-            ['result'], registry=r)
-        self.cycle_duration = prom.Histogram(
-            'instanceha_cycle_duration_seconds',
-            'Duration of the engine tick that ran a decision cycle.',
-            buckets=_CYCLE_BUCKETS, registry=r)
-        self.hosts = prom.Gauge(
-            'instanceha_hosts',
-            'Hosts in a recovery workflow, by state (leader only).',
-            ['state'], registry=r)
-        self.plan_hosts = prom.Gauge(
-            'instanceha_plan_hosts',
-            'Hosts by decision in the last plan.', ['decision'], registry=r)
-        self.fences = prom.Histogram(
-            'instanceha_fence_duration_seconds',
-            'Fencing attempts of a host and how long they took, by result '
-            '(success, failure).', ['result'], buckets=_SLOW_BUCKETS,
-            registry=r)
-        self.evacuations = prom.Counter(
-            'instanceha_evacuations',
-            'Instance evacuation events by result (requested, done, '
-            'failed, refused, gave_up, unanswered).', ['result'], registry=r)
-        self.evacuation_duration = prom.Histogram(
-            'instanceha_evacuation_duration_seconds',
-            'From an evacuation request to its end, by result (done, '
-            'failed).', ['result'], buckets=_SLOW_BUCKETS, registry=r)
-        self.gate_blocks = prom.Counter(
-            'instanceha_gate_blocks',
-            'Hosts (or whole plans) a gate blocked, per cycle, by gate.',
-            ['gate'], registry=r)
-        self.step_errors = prom.Counter(
-            'instanceha_step_errors',
-            'Unexpected errors in a workflow step, by host state.',
-            ['state'], registry=r)
-        self.leadership_changes = prom.Counter(
-            'instanceha_leadership_changes',
-            'Times this copy became leader (gained) or stopped being it '
-            '(lost).', ['change'], registry=r)
-        self.process_failures = prom.Counter(
-            'instanceha_process_failures',
-            'Compute services of living hosts disabled because their '
-            'nova-compute was down (disabled), and enabled again when it '
-            'came back (enabled).', ['change'], registry=r)
-        self.instance_failures = prom.Counter(
-            'instanceha_instance_failures',
-            'Crashed instances by what was done (restart, relocate, error) '
-            'and their recoveries (recovered: ran stable_time).',
-            ['result'], registry=r)
-        self._gates: set[str] = set()
-        for state in states.HostState:
-            self.hosts.labels(state.value).set(0)
-        for result in ('ok', 'error'):
-            self.cycles.labels(result)
-
-    def gate_label(self, gate: str) -> str:
-        gate = gate.strip() or 'unknown'
-        if gate not in self._gates and len(self._gates) >= _MAX_GATES:
-            return 'other'
-        self._gates.add(gate)
-        return gate
-
-    def render(self) -> bytes:
-        return exposition.generate_latest(self.registry)
-
-
-class MetricsEventSink(ports.EventSink):
-    """Counts the engine's events: one reader of the service's fan-out."""
-
-    def __init__(self, metrics: Metrics, monitor: 'Monitor | None' = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.metrics = metrics
-        self.monitor = monitor
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._fencing_since: dict[str, float] = {}
-        self._evacuating_since: dict[str, float] = {}
-
-    def emit(self, event: str, host: str | None = None, **details) -> None:
-        try:
-            self._count(event, host, details)
-        except Exception:  # noqa: metrics must never break the engine
-            LOG.exception('metrics: could not count event %s', event)
-
-    def _count(self, event: str, host: str | None, details: dict) -> None:
-        m = self.metrics
-        now = self._clock()
-        with self._lock:
-            if event == ev.HOST_STATE:
-                new = details.get('new')
-                if new == states.HostState.FENCING.value:
-                    self._fencing_since[host] = now
-                elif new in (states.HostState.FENCED.value,
-                             states.HostState.FENCE_FAILED.value):
-                    started = self._fencing_since.pop(host, None)
-                    result = ('success' if new == states.HostState.FENCED
-                              .value else 'failure')
-                    m.fences.labels(result).observe(
-                        0.0 if started is None else now - started)
-            elif event == ev.EVACUATE_REQUESTED:
-                m.evacuations.labels('requested').inc()
-                server = str(details.get('server'))
-                if len(self._evacuating_since) >= _MAX_TRACKED:
-                    self._evacuating_since.pop(
-                        next(iter(self._evacuating_since)))
-                self._evacuating_since[server] = now
-            elif event in (ev.EVACUATE_DONE, ev.EVACUATE_FAILED):
-                result = 'done' if event == ev.EVACUATE_DONE else 'failed'
-                m.evacuations.labels(result).inc()
-                started = self._evacuating_since.pop(
-                    str(details.get('server')), None)
-                if started is not None:
-                    m.evacuation_duration.labels(result).observe(
-                        now - started)
-            elif event == ev.EVACUATE_REFUSED:
-                m.evacuations.labels('refused').inc()
-                self._evacuating_since.pop(str(details.get('server')), None)
-            elif event == ev.EVACUATE_GAVE_UP:
-                m.evacuations.labels('gave_up').inc()
-            elif event == ev.EVACUATE_UNANSWERED:
-                m.evacuations.labels('unanswered').inc()
-            elif event == ev.STEP_ERROR:
-                state = details.get('state')
-                valid = {s.value for s in states.HostState}
-                m.step_errors.labels(state if state in valid else
-                                     'other').inc()
-            elif event in (ev.PROCESS_FAILURE, ev.PROCESS_RECOVERED):
-                m.process_failures.labels(
-                    'disabled' if event == ev.PROCESS_FAILURE
-                    else 'enabled').inc()
-            elif event == ev.INSTANCE_CRASHED:
-                nxt = str(details.get('next'))
-                m.instance_failures.labels(
-                    nxt if nxt in ('restart', 'relocate', 'error')
-                    else 'other').inc()
-            elif event == ev.INSTANCE_RECOVERED:
-                m.instance_failures.labels('recovered').inc()
-            elif event == ev.LEADER:
-                m.leadership_changes.labels('gained').inc()
-            elif event == ev.NOT_LEADER:
-                m.leadership_changes.labels('lost').inc()
-        if event == ev.SNAPSHOT_FAILED and self.monitor is not None:
-            self.monitor.snapshot_failed(str(details.get('reason')))
 
 
 class Monitor:
@@ -230,7 +67,7 @@ class Monitor:
         service is not ready.
     """
 
-    def __init__(self, metrics: Metrics, *, stuck_after: float,
+    def __init__(self, metrics: metrics_mod.Metrics, *, stuck_after: float,
                  coordinator: ports.Coordinator | None = None,
                  stopping: Callable[[], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -521,90 +358,13 @@ class _LiveCollector:
                 'Seconds this machine\'s clock is ahead of Nova\'s '
                 '(negative: behind), from Nova\'s Date header.',
                 value=mon.clock_skew)
-        yield from _listener_metrics(mon.listeners)
-
-
-class PauseCollector:
-    """The operator's pause, read from the backend at scrape time.
-
-    Every copy reports it (not only the leader), so an alert needs no
-    ``max()``: ``instanceha_paused`` (1 while in force), and the start
-    and end of the stored pause as Unix times (no end: no sample).
-    """
-
-    def __init__(self, source: ports.PauseSource,
-                 now: Callable[[], float] = time.time):
-        self.source = source
-        self._now = now
-
-    def collect(self) -> Iterable[prom_core.Metric]:
-        import datetime
-
-        try:
-            pause = self.source.current()
-        except exceptions.InstanceHAError as exc:
-            LOG.warning('metrics: cannot read the pause: %s', exc)
-            return
-        now = datetime.datetime.fromtimestamp(self._now(),
-                                              datetime.timezone.utc)
-        active = pause is not None and not pause.expired(now)
-        yield prom_core.GaugeMetricFamily(
-            'instanceha_paused', 'Whether an operator paused instance HA '
-            '(instanceha-manage pause): nothing new is fenced or evacuated.',
-            value=1 if active else 0)
-        if pause is None:
-            return
-        yield prom_core.GaugeMetricFamily(
-            'instanceha_pause_start_timestamp_seconds',
-            'When the stored pause began (Unix time).',
-            value=pause.since.timestamp())
-        if pause.until is not None:
-            yield prom_core.GaugeMetricFamily(
-                'instanceha_pause_end_timestamp_seconds',
-                'When the stored pause ends by itself (Unix time).',
-                value=pause.until.timestamp())
-
-
-def _listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
-    """Packets the heartbeat and kdump listeners accepted and rejected.
-
-    Labels are the detector's name and a rejection reason from the
-    listener's fixed list, so cardinality stays bounded.
-    """
-    if not listeners:
-        return
-    packets = prom_core.CounterMetricFamily(
-        'instanceha_listener_packets',
-        'Packets received by a detector\'s UDP listener, by result and '
-        'reason of rejection.', labels=['listener', 'result', 'reason'])
-    hosts = prom_core.GaugeMetricFamily(
-        'instanceha_listener_hosts',
-        'Hosts a detector\'s UDP listener has heard from.',
-        labels=['listener'])
-    announced = prom_core.CounterMetricFamily(
-        'instanceha_listener_announcements',
-        'Clean shutdowns announced by compute hosts\' heartbeat agents, '
-        'by kind (reboot, poweroff).', labels=['listener', 'kind'])
-    for drv in listeners:
-        stats = drv.stats()
-        if not stats:
-            continue
-        packets.add_metric([drv.name, 'accepted', ''],
-                           stats.get('accepted', 0))
-        for reason, count in sorted(stats.get('rejected', {}).items()):
-            packets.add_metric([drv.name, 'rejected', reason], count)
-        hosts.add_metric([drv.name], stats.get('hosts', 0))
-        for kind, count in sorted(stats.get('announcements', {}).items()):
-            announced.add_metric([drv.name, kind], count)
-    yield packets
-    yield hosts
-    yield announced
+        yield from metrics_mod.listener_metrics(mon.listeners)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = 'instanceha-health'
     monitor: Monitor
-    metrics: Metrics
+    metrics: metrics_mod.Metrics
 
     def do_GET(self):  # noqa: N802 - http.server's naming
         try:
@@ -648,7 +408,7 @@ class PortInUse(exceptions.ConfigurationError):
 class HealthServer:
     """Serves /healthz and /metrics from a daemon thread."""
 
-    def __init__(self, monitor: Monitor, metrics: Metrics, *,
+    def __init__(self, monitor: Monitor, metrics: metrics_mod.Metrics, *,
                  listen: str = '127.0.0.1', port: int = 9797,
                  tls: 'ssl.SSLContext | None' = None):
         handler = type('Handler', (_Handler,), {'monitor': monitor,
@@ -736,17 +496,17 @@ def attach(service) -> Callable[[], None]:
     starts if ``[health] enabled``. Returns the function that stops it.
     """
     conf = service.engine.conf
-    metrics = Metrics()
+    metrics = metrics_mod.Metrics()
     monitor = Monitor(metrics, stuck_after=stuck_after(conf),
                       coordinator=service.env.coordinator,
                       stopping=service.stop.is_set)
     monitor.max_clock_skew = conf.detection.max_clock_skew
     monitor.watch_listeners(service.engine.drivers.detectors)
-    service.events.add(MetricsEventSink(metrics, monitor))
+    service.events.add(metrics_mod.MetricsEventSink(metrics, monitor))
     service.observers.append(monitor)
     service.health = monitor
     if getattr(service.env, 'pause', None) is not None:
-        metrics.registry.register(PauseCollector(service.env.pause))
+        metrics.registry.register(metrics_mod.PauseCollector(service.env.pause))
     if not conf.health.enabled:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '
                  'false)')

@@ -37,6 +37,7 @@ from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha import health
+from instanceha import metrics as metrics_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -170,14 +171,14 @@ class TestNamesInDocs(testtools.TestCase):
         self.assertEqual([], bad, 'commands named in doc/ that do not exist')
 
     def test_metrics_exist(self):
-        metrics = health.Metrics()
+        metrics = metrics_mod.Metrics()
         monitor = health.Monitor(metrics, stuck_after=60,
                                  coordinator=_Coordinator())
         monitor.listeners = [_Listener()]
         pause = types.SimpleNamespace(current=lambda: pause_mod.Pause(
             reason='r', since=datetime.datetime.now(datetime.timezone.utc),
             until=datetime.datetime.now(datetime.timezone.utc)))
-        metrics.registry.register(health.PauseCollector(pause))
+        metrics.registry.register(metrics_mod.PauseCollector(pause))
         text = metrics.render().decode()
         families = set(re.findall(r'^# TYPE (\S+) ', text, re.M))
         with open(os.path.join(DOC, 'operations.md')) as f:

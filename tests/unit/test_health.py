@@ -36,6 +36,7 @@ from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha import health
+from instanceha import metrics as metrics_mod
 from tests import conf_fixture
 
 S = states.HostState
@@ -111,7 +112,7 @@ class MonitorTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.clock = Clock()
-        self.metrics = health.Metrics()
+        self.metrics = metrics_mod.Metrics()
         self.coord = FakeCoordinator()
         self.stopping = False
         self.monitor = health.Monitor(
@@ -119,8 +120,8 @@ class MonitorTest(testtools.TestCase):
             stopping=lambda: self.stopping, clock=self.clock)
         self.inner = RecordingSink()
         self.sink = ev.FanOutEventSink(self.inner)
-        self.sink.add(health.MetricsEventSink(self.metrics, self.monitor,
-                                              clock=self.clock))
+        self.sink.add(metrics_mod.MetricsEventSink(
+            self.metrics, self.monitor, clock=self.clock))
         self.engine = FakeEngine(self.sink)
         self.monitor.watch_listeners(self.engine.drivers.detectors)
 
@@ -263,7 +264,7 @@ class MonitorTest(testtools.TestCase):
 
     def test_gate_labels_are_bounded(self):
         labels = {self.metrics.gate_label('g%d' % i) for i in range(100)}
-        self.assertEqual(health._MAX_GATES + 1, len(labels))
+        self.assertEqual(metrics_mod._MAX_GATES + 1, len(labels))
         self.assertIn('other', labels)
 
     def test_fencing_and_evacuation_from_events(self):
@@ -362,7 +363,7 @@ class ServerTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.metrics = health.Metrics()
+        self.metrics = metrics_mod.Metrics()
         self.monitor = health.Monitor(self.metrics, stuck_after=60,
                                       coordinator=FakeCoordinator())
         self.server = health.HealthServer(self.monitor, self.metrics,

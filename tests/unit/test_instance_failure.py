@@ -181,9 +181,9 @@ class TestMetrics(testtools.TestCase):
 
     def test_counted(self):
         from instanceha.engine import events
-        from instanceha import health
-        metrics = health.Metrics()
-        sink = health.MetricsEventSink(metrics)
+        from instanceha import metrics as metrics_mod
+        metrics = metrics_mod.Metrics()
+        sink = metrics_mod.MetricsEventSink(metrics)
         sink.emit(events.PROCESS_FAILURE, 'h1', reason='x', disabled=True)
         sink.emit(events.INSTANCE_CRASHED, 'h1', server='vm', next='error')
         sink.emit(events.INSTANCE_RECOVERED, 'h1', server='vm')

@@ -30,7 +30,7 @@ from instanceha.engine import events
 from instanceha.engine import pause as pause_mod
 from instanceha.engine.states import HostState as S
 from instanceha import exceptions
-from instanceha import health
+from instanceha import metrics as metrics_mod
 from instanceha import pause_store
 from tests.unit import test_recovery_fakes as fakes
 
@@ -266,7 +266,7 @@ class TestPauseMetrics(testtools.TestCase):
     def test_paused_gauge_and_times(self):
         source = MemorySource()
         now = [T0.timestamp() + 10]
-        collector = health.PauseCollector(source, now=lambda: now[0])
+        collector = metrics_mod.PauseCollector(source, now=lambda: now[0])
 
         def values():
             return {m.name: m.samples[0].value for m in collector.collect()}

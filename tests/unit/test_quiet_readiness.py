@@ -26,6 +26,7 @@ import fixtures
 import testtools
 
 from instanceha import health
+from instanceha import metrics as metrics_mod
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 
@@ -61,7 +62,7 @@ class Watched(runner.Simulation):
 
     def __init__(self, sc):
         super().__init__(sc)
-        metrics = health.Metrics()
+        metrics = metrics_mod.Metrics()
         self.monitor = health.Monitor(metrics, stuck_after=60,
                                       clock=self.clock.monotonic)
         #: (simulated second, engine.cycles) after each tick.
