@@ -103,6 +103,7 @@ INVARIANTS = (
     ('detect-only-acts-not', re.compile(r'while \[DEFAULT\] disabled')),
 )
 OPERATOR_WINS = 'operator-wins'
+LOCKS_RELEASED = 'locks-released'
 ISOLATED_LIVES = 'isolated-host-not-fenced'
 HEALTHY_LIVES = 'healthy-host-not-fenced'
 #: Timeline commands after which a host may rightly be fenced.
@@ -596,6 +597,16 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
                               'disabled it (%r) but it ends %s (%r)' % (
                                   host, reason, h.status,
                                   h.disabled_reason)))
+        # Our locks end with the recovery: an instance not locked at the
+        # start, at rest at the end, is not left locked.
+        start = case.topology()['instances']
+        for name, srv in sorted(sim.world.servers.items()):
+            if (srv.locked and not start.get(name, {}).get('locked')
+                    and not srv.task_state):
+                found.append((LOCKS_RELEASED, 'instance %s ends locked '
+                              '(%s) on %s, status %s' % (
+                                  name, srv.locked_reason, srv.host,
+                                  srv.status)))
     else:
         found.append(('engine-error', error))
     return {'seed': seed, 'violations': found, 'wall_s': wall,
@@ -631,7 +642,8 @@ def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
 
 
 def table(report: dict) -> str:
-    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, ISOLATED_LIVES,
+    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, LOCKS_RELEASED,
+                                          ISOLATED_LIVES,
                                           HEALTHY_LIVES, 'engine-error',
                                           'other']
     rows = [('runs', str(report['runs'])),
