@@ -44,6 +44,11 @@ BASES = (
     'r13-without-force-enable',
     'nova-evacuate-timeout',
     'on-instance-failure-stop-host',
+    # A dump that ends mid-evacuation: counted as fenced by the dump,
+    # then fenced again through the BMC (the marker's kdump flag).
+    'kdump-ends-mid-throttled-evacuation',
+    # A dead nova-compute: disabled with its own marker, never fenced.
+    'process-failure-stop-compute',
 )
 
 #: Every state of each shutdown policy (freeze, failover, migrate, a
