@@ -513,6 +513,11 @@ class Steps(tick.Plumbing):
         def power_on():
             self._ours(wf)
             result = fencer.unfence(wf.host)
+            if self._unforce_refused:
+                # Nova clears it only once the host runs again: the
+                # enable does (see _step_waiting_up).
+                self._mark(wf, S.WAITING_UP)
+                return result, False
             # Marked waiting_up and forced_down cleared in one write;
             # should Nova refuse the clear, waiting_up clears it later.
             try:
@@ -520,8 +525,7 @@ class Steps(tick.Plumbing):
             except workflow.OperatorTookOver:
                 raise
             except exceptions.CloudError as exc:
-                LOG.info('host %s: forced_down not cleared yet: %s',
-                         wf.host, exc)
+                self._refused_unforce(wf, exc)
                 self._mark(wf, S.WAITING_UP)
                 return result, False
             return result, True
@@ -569,6 +573,18 @@ class Steps(tick.Plumbing):
             return
         if wf.up_after is None:
             wf.up_after = wf.entered
+        if wf.cleared_at is None and self._unforce_refused:
+            # This Nova clears forced_down only once the host's
+            # nova-compute has started again (it completes the evacuation
+            # records, then reports): a heartbeat newer than the power-on
+            # (R11) says it has, and one write enables the host and
+            # clears forced_down (the enable step).
+            if svc.forced_down and self._heartbeat_since(svc, wf.up_after):
+                self._transition(wf, S.ENABLING, forced_down=True)
+                self._step_enabling(wf)
+            elif not svc.forced_down:
+                wf.cleared_at = self.env.clock.now()  # cleared by someone
+            return
         if wf.cleared_at is None:
             # We forced it down ourselves: clear it now (idempotent, also
             # after a restart), whatever an older snapshot says.
@@ -585,8 +601,7 @@ class Steps(tick.Plumbing):
                     wf.cleared_at = self.env.clock.now()
                     self._emit(events.FORCED_DOWN_CLEARED, wf.host)
                 else:
-                    LOG.info('host %s: forced_down not cleared yet: %s',
-                             wf.host, exc)
+                    self._refused_unforce(wf, exc)
                     wf.retry_at = (self.env.clock.monotonic() +
                                    min(self.conf.poll, workflow.STEP_RETRY))
 
@@ -600,11 +615,31 @@ class Steps(tick.Plumbing):
         # Only a heartbeat newer than the power-on proves the host is back
         # (R11): an older 'up' is the dead host's last word.
         if svc.state != model.UP or (
-                svc.updated_at is not None and svc.updated_at <=
-                self.snapshot.nova_now(wf.up_after)):  # Nova's clock
+                svc.updated_at is not None and not self._heartbeat_since(
+                    svc, wf.up_after)):
             return
         self._transition(wf, S.ENABLING)
         self._step_enabling(wf)
+
+    def _heartbeat_since(self, svc: model.Service,
+                         when: datetime.datetime) -> bool:
+        """Whether ``svc`` reported after ``when`` (our clock), by Nova's."""
+        return (svc.updated_at is not None and svc.updated_at >
+                self.snapshot.nova_now(when))
+
+    def _refused_unforce(self, wf: HostWorkflow,
+                         exc: exceptions.CloudError) -> None:
+        """Nova refused to clear forced_down (job thread).
+
+        Nova's API (microversion 2.53 on) refuses while evacuation
+        records of the host are ``done``, i.e. until its nova-compute
+        has started and completed them: a refusal (HTTP 400) teaches
+        this engine to clear it only then, with the enable (one write,
+        not one refused write every few seconds while the host boots).
+        """
+        LOG.info('host %s: forced_down not cleared yet: %s', wf.host, exc)
+        if getattr(exc, 'status', None) == 400:
+            self._unforce_refused = True
 
     def _step_enabling(self, wf: HostWorkflow) -> None:
 
@@ -612,12 +647,31 @@ class Steps(tick.Plumbing):
             svc = self._ours(wf)
             if marker_mod.Marker.parse(svc.disabled_reason) is None:
                 # Enabled meanwhile (hosts clear --enable): nothing to do.
-                return
-            self.env.cloud.update_service(svc, status=model.ENABLED,
-                                          forced_down=False)
+                return True, False
+            try:
+                self.env.cloud.update_service(svc, status=model.ENABLED,
+                                              forced_down=False)
+            except exceptions.CloudError as exc:
+                if not (svc.forced_down and
+                        getattr(exc, 'status', None) == 400):
+                    raise
+                # Reported before it completed its evacuation records:
+                # the next tick asks again.
+                LOG.info('host %s: not enabled yet: %s', wf.host, exc)
+                return False, False
+            return True, svc.forced_down
 
-        self._submit(wf, enable, lambda _: self._transition(
-            wf, S.HEALTHY, enabled=True))
+        def done(result):
+            enabled, cleared = result
+            if cleared:
+                self._emit(events.FORCED_DOWN_CLEARED, wf.host)
+            if enabled:
+                self._transition(wf, S.HEALTHY, enabled=True)
+            else:
+                wf.retry_at = self.env.clock.monotonic() + float(
+                    self.conf.tick_interval)
+
+        self._submit(wf, enable, done)
 
 
 #: The step of each state the engine moves on by itself, beside the

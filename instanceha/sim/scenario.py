@@ -16,7 +16,9 @@
 ``README.md``      intent and expected outcome, for humans
 ``topology.yaml``  hosts, devices, aggregates, AZs, flavors, images,
                    instances, and a ``simulation:`` section (end time,
-                   copies of the service, timings)
+                   copies of the service, timings, ``nova_checks_unforce``:
+                   Nova refuses to clear forced_down while a host's
+                   evacuation records are done, as its API does)
 ``instanceha.conf`` the service's configuration, the same options as in
                    production; a relative ``[fencing] config_file`` is
                    read from the case directory
@@ -253,6 +255,7 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
     topo, state = sc.topology, sc.state
     timing = sim_world.Timing(**(sc.settings.get('timing') or {}))
     w = sim_world.World(clock, log, timing)
+    w.unforce_checked = bool(sc.settings.get('nova_checks_unforce', False))
     defaults = topo.get('defaults') or {}
     hosts = _merge(_expand_hosts(topo), state.get('hosts'))
     if not hosts:

@@ -168,6 +168,20 @@ class TestCallBudget(testtools.TestCase):
         self.assertLessEqual(got, BUDGET['smart'],
                              'Nova calls per evacuated instance')
 
+    def test_nova_refusing_to_clear_forced_down(self):
+        # As Nova's API does: forced_down stays until the host's compute
+        # has started. One refused write teaches the engine to clear it
+        # with the enable, not to retry every few seconds while the host
+        # boots (20 writes here before).
+        tmp = self.useFixture(fixtures.TempDir()).path
+        topology = TOPOLOGY.replace(
+            '  timing:', '  nova_checks_unforce: true\n  timing:')
+        _, lines, counter = failure_calls(
+            tmp, '30 power-off compute-0\n', '', topology=topology)
+        self.assertIn('compute-0 host_state enabled=true new=healthy',
+                      '\n'.join(lines))
+        self.assertEqual(4, counter.by_kind()['update_service'])
+
 
 class TestSteadyState(testtools.TestCase):
 
