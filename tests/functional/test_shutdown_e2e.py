@@ -126,3 +126,9 @@ class TestShutdownEndToEnd(e2e.HeartbeatCloudTest):
         # Never switched: not off (it was off), not on again afterwards.
         self.assertEqual('off', cloud.bmc.power_state('host1'))
         self.assertEqual(power, self.bmc_power_lines(cloud, 'host1'))
+        # What a copy resuming the recovery needs to leave it off is in
+        # Nova's marker, and nothing says it was powered on.
+        self.assertIn(' shutdown=poweroff', cloud.service(
+            'host1').disabled_reason)
+        self.assertNotIn(S.POWERING_ON.value, [
+            d['new'] for d in eng.record.named(events.HOST_STATE, 'host1')])
