@@ -70,7 +70,6 @@ SHUTDOWN_BASES = (
     'shutdown-freeze-operator-takes-over',
     'shutdown-operator-disabled',
     'process-failure-operator-enables',
-    'process-failure-stop-compute',
 )
 
 #: Bases run again with instances locked only when their status must be
