@@ -55,7 +55,8 @@ LABELS = {
     ('evacuating', 'evacuated'): 'every instance rebuilt or accepted',
     ('evacuating', 'failed'): 'an instance given up',
     ('evacuated', 'powering_on'): 'leave_disabled off',
-    ('evacuated', 'waiting_up'): 'kdump host stopped dumping',
+    ('evacuated', 'waiting_up'): ('kdump host stopped dumping, or '
+                                  'power-off announced: left off'),
     ('evacuated', 'left_disabled'): 'leave_disabled on',
     ('powering_on', 'waiting_up'): 'powered on by its fencing level',
     ('powering_on', 'failed'): 'power on failed too often',
