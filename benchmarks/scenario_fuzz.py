@@ -36,6 +36,8 @@ Checked on every run:
 * *isolated hosts live* (with the heartbeat detector): no fencing device
   is asked to power off a host that runs and whose heartbeat agent gets
   through, while only its link to Nova (or its nova-compute) is down;
+* *locks released*: no instance that was not locked at the start ends
+  locked while at rest (our locks end with the recovery);
 * *healthy hosts live*: no fencing device is asked to power off a host
   that has not failed in the timeline (e.g. through a short fencing key
   that also matches another host: some generated clouds have two hosts
@@ -49,6 +51,13 @@ directory for ``instanceha-simulate``::
     python benchmarks/scenario_fuzz.py --runs 2000
     python benchmarks/scenario_fuzz.py --runs 200 --seed 1000 --json
     python benchmarks/scenario_fuzz.py --seed 1234 --write-case /tmp/c1234
+
+A second random stream (``EXTRA_MIX``) adds trouble timed against the
+first failure, so that it lands in every state of its recovery: the
+host powered back on by someone, an operator acting on it, leadership
+lost with jobs queued, a second failure sharing ``max_in_flight``,
+scarce capacity, veto hooks, markers left by a previous copy, clock
+skew.
 
 ``--mix`` chooses the kinds of fault (default: all of them); the CI
 smoke run (tests/scenarios/test_fuzz.py) uses a narrower mix and says
