@@ -393,7 +393,14 @@ class EvacuationJob:
         gave_up_ids = set(gave_up)
         self._recorded = (tuple(sorted(gave_up_ids)), stopped)
         for srv in self._servers:
-            recs = records.get(srv.id, [])
+            recs = seen = records.get(srv.id, [])
+            if srv.host == self.host and not srv.task_state:
+                # Listed idle on this host: a rebuild that ended (done,
+                # completed) moved it away, so such a record is from an
+                # earlier failure of this host (within MIGRATION_SLACK of
+                # this one) and the server came back since: history, not
+                # an evacuation of this failure.
+                recs = [r for r in recs if r.status not in MIGRATION_DONE]
             live = [r for r in recs if r.status in MIGRATION_RUNNING] or [
                 r for r in recs if r.status in MIGRATION_DONE]
             ours, was = our_lock(srv, self.host)
@@ -409,7 +416,9 @@ class EvacuationJob:
                         for r in recs)) else None),
                 priority=self.strategy.priority(srv),
                 attempts=len(recs),
-                known={r.id for r in recs},
+                # Every record listed now is known: the next attempt's
+                # record is the one that appears after its call.
+                known={r.id for r in seen},
                 locked_by_us=ours, foreign_lock=srv.locked and not ours)
             for rec in recs:
                 if (rec.status not in MIGRATION_RUNNING | MIGRATION_DONE
@@ -567,8 +576,10 @@ class EvacuationJob:
         (microversion 2.94; see nova's ``finish_evacuation``). So an
         instance that was ACTIVE, with no lock of ours to take off, needs
         no read of the server: nothing to restore, nothing to unlock.
+        Only for an attempt this job made (``timed``): its record is the
+        one that appeared after the call, never an older one.
         """
-        return (task.original_status == 'ACTIVE' and
+        return (task.timed and task.original_status == 'ACTIVE' and
                 not task.locked_by_us and not task.verify_lock)
 
     def _done_from_record(self, env, task: InstanceTask,
