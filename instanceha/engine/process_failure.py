@@ -221,6 +221,9 @@ class ProcessFailures:
             LOG.warning('process failure on %s: could not disable its '
                         'compute service: %s', svc.host, exc)
             return
+        # Ours from now on: an enable seen at the very next read (before
+        # any read showed the marker) ends the episode too.
+        self._marked.add(svc.host)
         self.env.events.emit(events.PROCESS_FAILURE, svc.host,
                              reason='; '.join(decision.reasons),
                              disabled=True)

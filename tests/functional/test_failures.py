@@ -79,6 +79,43 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
                                                  'host1')))
         self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
 
+    def test_operator_enable_during_the_outage_wins(self):
+        """Nova clears the marker on an enable: the outage is theirs now."""
+        cloud, vm, _agents, eng = self.heartbeat_cloud(options={
+            'instance_failure.enabled': False,
+        })
+        cloud.nova.control.kill('host1')
+        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
+                              '').startswith('instanceha:service_down'),
+                     60, 'host1 disabled with the service_down marker')
+
+        # An operator wants it in service while nova-compute is down.
+        cloud.client.services.enable(cloud.service('host1').id)
+        self.assertIsNone(cloud.service('host1').disabled_reason)
+        cycles = eng.engine.cycles
+        rec.wait_for(lambda: eng.engine.cycles >= cycles + 3, 60,
+                     'three more cycles')
+        self.assertEqual('enabled', cloud.service('host1').status)
+        self.assertEqual(1, len(eng.record.named(events.PROCESS_FAILURE,
+                                                 'host1')))
+        held = eng.record.named(events.PROCESS_FAILURE_HELD)
+        self.assertIn('host1', held[-1]['hosts'])
+
+        # Back, then a new outage: that one is ours again.
+        cloud.nova.control.revive('host1')
+        cloud.nova.wait_for_service('host1', 'up', client=cloud.client)
+        cycles = eng.engine.cycles
+        rec.wait_for(lambda: eng.engine.cycles >= cycles + 2, 60,
+                     'two cycles with host1 up')
+        cloud.nova.control.kill('host1')
+        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
+                              '').startswith('instanceha:service_down'),
+                     60, 'host1 disabled again for the new outage')
+        self.assertEqual(2, len(eng.record.named(events.PROCESS_FAILURE,
+                                                 'host1')))
+        self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
+        self.assertEqual('host1', cloud.server(vm).host)
+
 
 class TestInstanceFailure(rec.RecoveryTestBase):
 
