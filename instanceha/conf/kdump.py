@@ -69,7 +69,7 @@ def address_map(conf: cfg.ConfigOpts) -> dict[str, str]:
 
     :raises ConfigurationError: naming the entry that is wrong.
     """
-    from instanceha.heartbeat import listener
+    from instanceha.heartbeat import udp
 
     result: dict[str, str] = {}
     for entry in conf.kdump.address_map:
@@ -78,7 +78,7 @@ def address_map(conf: cfg.ConfigOpts) -> dict[str, str]:
         try:
             if not sep or not host:
                 raise ValueError('expected ADDRESS=HOST')
-            address = listener.normalize_address(address)
+            address = udp.normalize_address(address)
         except ValueError as exc:
             raise exceptions.ConfigurationError(
                 'option [kdump] address_map: entry %r: %s' % (entry, exc)

@@ -22,10 +22,7 @@ bounded rate; nothing a sender does can stop the thread.
 from collections.abc import Callable, Iterable
 import dataclasses
 import datetime
-import functools
-import ipaddress
 import logging
-import selectors
 import socket
 import threading
 import time
@@ -35,237 +32,17 @@ from instanceha.engine import shutdown
 from instanceha.heartbeat import kdump
 from instanceha.heartbeat import keys as keys_mod
 from instanceha.heartbeat import protocol
+from instanceha.heartbeat import udp as udp_mod
 
 LOG = logging.getLogger(__name__)
 
 #: Upper bound on the hosts a listener remembers, whatever senders claim.
 MAX_HOSTS = 65536
-#: Datagrams read from one socket before looking at the others.
-_BURST = 256
-#: Kernel receive buffer asked for, so bursts are not dropped.
-_RCVBUF = 4 * 1024 * 1024
 #: Reverse DNS answers (and failures) are remembered this long.
 _DNS_TTL = 300.0
 _DNS_CACHE_MAX = 4096
 #: A kdump message after this much silence starts a new dump episode.
 KDUMP_EPISODE_GAP = datetime.timedelta(minutes=10)
-INTERNAL_ERROR = 'internal_error'
-
-
-def normalize_address(address: str) -> str:
-    """Canonical text of an IP address (IPv4-mapped IPv6 becomes IPv4).
-
-    :raises ValueError: if it is not an IP address.
-    """
-    ip = ipaddress.ip_address(address.split('%', 1)[0])
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return str(ip)
-
-
-class RejectLog:
-    """Counts rejected packets by reason and logs them at a bounded rate.
-
-    Each reason is logged at most once per ``interval`` seconds, with how
-    many were not logged since: a flood cannot flood the log.
-    """
-
-    def __init__(self, what: str, interval: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 quiet: Iterable[str] = ()):
-        self.what = what
-        #: Reasons counted but logged at debug level only.
-        self.quiet = frozenset(quiet)
-        self.interval = interval
-        self._clock = clock
-        self.counts: dict[str, int] = {}
-        self._last_logged: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-
-    def reject(self, reason: str, sender: str, detail: str) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-        if reason in self.quiet:
-            LOG.debug('%s: rejected a packet from %s: %s: %s', self.what,
-                      sender, reason, detail)
-            return
-        now = self._clock()
-        last = self._last_logged.get(reason)
-        if last is not None and now - last < self.interval:
-            self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
-            return
-        self._last_logged[reason] = now
-        hidden = self._suppressed.pop(reason, 0)
-        LOG.warning('%s: rejected a packet from %s: %s: %s%s', self.what,
-                    sender, reason, detail,
-                    ' (%d more %s packets since the last such message)'
-                    % (hidden, reason) if hidden else '')
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-class UdpListener:
-    """A thread reading datagrams from a set of UDP sockets.
-
-    :param endpoints: (address, port) pairs to bind; port 0 picks a free
-        port (see :attr:`addresses` once started).
-    :param handle: called with (datagram, sender address) for each one.
-    :param housekeeping: called about every ``housekeeping_interval``
-        seconds in the same thread (key reloads).
-    :param replies: ``handle`` also gets a third argument, a function
-        sending a datagram back to the sender from the socket it came in
-        on (answers to shutdown announcements).
-    """
-
-    def __init__(self, name: str, endpoints: Iterable[tuple[str, int]],
-                 handle: Callable[..., None], bufsize: int,
-                 housekeeping: Callable[[], None] | None = None,
-                 housekeeping_interval: float = 5.0,
-                 replies: bool = False):
-        self.name = name
-        self._replies = replies
-        self.endpoints = list(endpoints)
-        self._handle = handle
-        self._bufsize = bufsize
-        self._housekeeping = housekeeping
-        self._hk_interval = housekeeping_interval
-        self._sockets: list[socket.socket] = []
-        self._thread: threading.Thread | None = None
-        self._wake_r = self._wake_w = None
-        self._stopping = False
-        self.errors = RejectLog(name)
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        """The (address, port) pairs actually bound."""
-        return [s.getsockname()[:2] for s in self._sockets]
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _bind(self, address: str, port: int) -> socket.socket:
-        family = (socket.AF_INET6 if ':' in address else socket.AF_INET)
-        sock = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            if family == socket.AF_INET6:
-                # Let an IPv4 socket share the port (0.0.0.0 and ::).
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
-                                _RCVBUF)
-            except OSError:
-                pass
-            sock.bind((address, port))
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        return sock
-
-    def start(self) -> None:
-        """Bind every endpoint and start the thread.
-
-        :raises OSError: naming the address that could not be bound.
-        """
-        if self._thread is not None:
-            return
-        try:
-            for address, port in self.endpoints:
-                try:
-                    self._sockets.append(self._bind(address, port))
-                except OSError as exc:
-                    raise OSError(exc.errno, '%s: cannot listen on %s port '
-                                  '%d: %s' % (self.name, address, port,
-                                              exc.strerror)) from None
-        except OSError:
-            self._close()
-            raise
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=self.name,
-                                        daemon=True)
-        self._thread.start()
-        LOG.info('%s listening on %s', self.name, ', '.join(
-            '[%s]:%d' % a for a in self.addresses))
-
-    def stop(self) -> None:
-        """Stop the thread and close the sockets; safe to call twice."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stopping = True
-            try:
-                self._wake_w.send(b'x')
-            except OSError:
-                pass
-            thread.join(10)
-        self._close()
-
-    def _close(self) -> None:
-        for sock in self._sockets:
-            sock.close()
-        self._sockets = []
-        for sock in (self._wake_r, self._wake_w):
-            if sock is not None:
-                sock.close()
-        self._wake_r = self._wake_w = None
-
-    def _run(self) -> None:
-        sel = selectors.DefaultSelector()
-        for sock in self._sockets:
-            sel.register(sock, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
-        next_hk = time.monotonic() + self._hk_interval
-        try:
-            while not self._stopping:
-                timeout = max(0.0, next_hk - time.monotonic())
-                try:
-                    ready = sel.select(timeout)
-                except (OSError, ValueError) as exc:
-                    # Should not happen; never let it end the thread.
-                    self.errors.reject('select_error', self.name, str(exc))
-                    time.sleep(0.1)
-                    continue
-                for key, _ in ready:
-                    if key.fileobj is not self._wake_r:
-                        self._drain(key.fileobj)
-                if time.monotonic() >= next_hk:
-                    next_hk = time.monotonic() + self._hk_interval
-                    if self._housekeeping is not None:
-                        self._guarded(self._housekeeping)
-        finally:
-            sel.close()
-
-    def _drain(self, sock: socket.socket) -> None:
-        for _ in range(_BURST):
-            try:
-                data, sender = sock.recvfrom(self._bufsize)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                # e.g. ICMP errors surfacing on the socket; keep going.
-                self.errors.reject('socket_error', self.name, str(exc))
-                return
-            if self._replies:
-                self._guarded(self._handle, data, sender[0],
-                              functools.partial(self._send, sock, sender))
-            else:
-                self._guarded(self._handle, data, sender[0])
-
-    def _send(self, sock: socket.socket, to, data: bytes) -> None:
-        try:
-            sock.sendto(data, to)
-        except OSError as exc:
-            self.errors.reject('reply_error', self.name, str(exc))
-
-    def _guarded(self, fn, *args) -> None:
-        try:
-            fn(*args)
-        except Exception as exc:
-            LOG.exception('%s: unexpected error (ignored)', self.name)
-            self.errors.reject(INTERNAL_ERROR, self.name,
-                               '%s: %s' % (type(exc).__name__, exc))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,8 +99,8 @@ class HeartbeatListener:
         self._lock = threading.Lock()
         self.accepted = 0
         self.accepted_previous_key = 0
-        self.rejects = RejectLog('heartbeat listener', log_interval, clock,
-                                 quiet=[protocol.DUPLICATE])
+        self.rejects = udp_mod.RejectLog('heartbeat listener', log_interval,
+                                         clock, quiet=[protocol.DUPLICATE])
         self.started_at: float | None = None
         self._announced: dict[str, shutdown.Announcement] = {}
         #: Shutdown announcements accepted, by kind (not their repeats).
@@ -332,9 +109,10 @@ class HeartbeatListener:
         #: handler, only on the leading copy); None: no reply.
         self.responder: Callable[[shutdown.Announcement],
                                  str | None] | None = None
-        self.udp = UdpListener('heartbeat-listener', endpoints, self.handle,
-                               protocol.MAX_PACKET + 1,
-                               housekeeping=self._reload_keys, replies=True)
+        self.udp = udp_mod.UdpListener(
+            'heartbeat-listener', endpoints, self.handle,
+            protocol.MAX_PACKET + 1, housekeeping=self._reload_keys,
+            replies=True)
 
     def start(self) -> None:
         self.udp.start()
@@ -542,7 +320,7 @@ class KdumpListener:
                  now: Callable[[], datetime.datetime] = _utcnow,
                  resolver: Callable[[str], tuple] = socket.gethostbyaddr,
                  log_interval: float = 60.0):
-        self.address_map = {normalize_address(a): h
+        self.address_map = {udp_mod.normalize_address(a): h
                             for a, h in (address_map or {}).items()}
         self.reverse_dns = reverse_dns
         self._known = None if known_hosts is None else frozenset(known_hosts)
@@ -552,9 +330,9 @@ class KdumpListener:
         self._table: dict[str, KdumpRecord] = {}
         self._lock = threading.Lock()
         self.accepted = 0
-        self.rejects = RejectLog('kdump listener', log_interval)
-        self.udp = UdpListener('kdump-listener', endpoints, self.handle,
-                               kdump.SIZE + 1)
+        self.rejects = udp_mod.RejectLog('kdump listener', log_interval)
+        self.udp = udp_mod.UdpListener('kdump-listener', endpoints,
+                                       self.handle, kdump.SIZE + 1)
 
     def start(self) -> None:
         self.udp.start()
@@ -595,7 +373,7 @@ class KdumpListener:
 
     def host_of(self, address: str) -> str | None:
         """The host an address belongs to, or None."""
-        address = normalize_address(address)
+        address = udp_mod.normalize_address(address)
         host = self.address_map.get(address)
         if host is None and self.reverse_dns:
             host = self._reverse(address)

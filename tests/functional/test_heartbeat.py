@@ -33,6 +33,7 @@ from instanceha.heartbeat import agent as agent_mod
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import listener as lst_mod
 from instanceha.heartbeat import protocol as p
+from instanceha.heartbeat import udp as udp_mod
 
 
 def ipv6_loopback() -> bool:
@@ -316,7 +317,7 @@ class TestListenerRobustness(HeartbeatFixture):
             if data == b'boom':
                 raise RuntimeError('bug')
 
-        udp = lst_mod.UdpListener('test', [('127.0.0.1', 0)], handle, 100)
+        udp = udp_mod.UdpListener('test', [('127.0.0.1', 0)], handle, 100)
         udp.start()
         self.addCleanup(udp.stop)
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -31,6 +31,7 @@ from instanceha import exceptions
 from instanceha.heartbeat import kdump
 from instanceha.heartbeat import listener as lst_mod
 from instanceha.heartbeat import protocol as p
+from instanceha.heartbeat import udp as udp_mod
 from instanceha.plugins.detectors import base
 from instanceha.plugins.detectors import heartbeat as hb_det
 from instanceha.plugins.detectors import kdump as kd_det
@@ -415,7 +416,7 @@ class TestHeartbeatConfig(testtools.TestCase):
                           conf)
 
     def test_port_in_use_names_option(self):
-        busy = lst_mod.UdpListener('x', [('127.0.0.1', 0)], lambda d, a: 0,
+        busy = udp_mod.UdpListener('x', [('127.0.0.1', 0)], lambda d, a: 0,
                                    10)
         busy.start()
         self.addCleanup(busy.stop)

@@ -67,6 +67,7 @@ from instanceha.engine import shutdown
 from instanceha import exceptions
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import listener as listener_mod
+from instanceha.heartbeat import udp
 from instanceha.plugins.detectors import base
 
 LOG = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def endpoints(addresses, port: int, option: str) -> list[tuple[str, int]]:
     result = []
     for address in addresses:
         try:
-            listener_mod.normalize_address(address)
+            udp.normalize_address(address)
         except ValueError:
             raise exceptions.ConfigurationError(
                 'option %s: %r is not an IP address' % (option, address)
