@@ -69,6 +69,10 @@ LOG = logging.getLogger(__name__)
 NOTE = ('nova-compute down while the host is alive (its heartbeat); '
         'enabled again when nova-compute reports up')
 
+#: Seconds after our disable within which Nova's ``updated_at`` may be
+#: our write's own time stamp (not a report of nova-compute).
+OWN_WRITE = 5.0
+
 #: Why an isolated host is left enabled (the held event's reasons).
 ENDED_BY_OPERATOR = ('enabled by someone else during this nova-compute '
                      'outage (their decision wins): left enabled until '
@@ -235,8 +239,12 @@ class ProcessFailures:
 
         Up means every witness says alive (the plan says healthy): Nova's
         own ``state`` lags by ``service_down_time`` and still says up
-        while the heartbeats have already stopped.
+        while the heartbeats have already stopped. And Nova's
+        ``updated_at`` must be newer than our disable: Nova stamps the
+        service on every write, ours too, so right after the disable it
+        looks like a fresh report although nova-compute is still down.
         """
+        skew = snapshot.clock_skew or 0.0
         for svc in sorted(snapshot.services, key=lambda s: s.host):
             mark = ours(svc)
             if mark is None:
@@ -244,6 +252,10 @@ class ProcessFailures:
             d = plan.decision(svc.host)
             if d is None or d.decision is not plan_mod.Decision.HEALTHY:
                 continue
+            ours_at = mark.when - datetime.timedelta(seconds=skew)
+            if svc.updated_at is not None and (
+                    svc.updated_at - ours_at).total_seconds() <= OWN_WRITE:
+                continue  # our own write's time stamp, not a report
             try:
                 self.env.cloud.update_service(svc, status=model.ENABLED)
             except exceptions.InstanceHAError as exc:
