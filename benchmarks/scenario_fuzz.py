@@ -71,6 +71,7 @@ import logging
 import os
 import random
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -480,7 +481,8 @@ class Case:
             yaml.safe_dump(topo, f, sort_keys=False)
         with open(os.path.join(directory, 'timeline'), 'w') as f:
             for t, name, args in sorted(self.timeline, key=lambda c: c[0]):
-                f.write('%d %s %s\n' % (t, name, ' '.join(args)))
+                f.write('%d %s %s\n' % (t, name, ' '.join(
+                    shlex.quote(a) for a in args)))
         if self.veto is not None:
             vetoed, code = self.veto
             path = os.path.join(directory, 'guard')
@@ -540,11 +542,12 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
                 else args[0] if name in FAILURES else None)
         if host is not None:  # a failure, or an operator's power-off
             failed_at[host] = min(t, failed_at.get(host, t))
-    for h, (state, power) in case.markers.items():
-        # A marker of a failure still being recovered: the host may
-        # rightly be fenced (an adopted marker is a claim, not proof).
-        if state in ('fenced', 'evacuating') or power == 'off':
-            failed_at[h] = 0
+    for h in case.markers:
+        # Forced down with a marker of ours: declared down in Nova (a
+        # recovery still going on, an adopted claim, or a host an
+        # operator enables without clearing forced_down): it may rightly
+        # be fenced.
+        failed_at[h] = 0
     # An operator's "fencing off" powers the host off through the same
     # devices (in the minutes after the command): not ours to judge.
     by_hand = [(t, args[1]) for t, name, args in case.timeline
