@@ -617,6 +617,8 @@ class EvacuationJob:
             if task.state is TaskState.PENDING and budget > 0 and (
                     task.not_before is None or now >= task.not_before):
                 return True
+            if task.state is TaskState.PENDING and self._stopped:
+                return True  # to be given up (and unlocked) now
             if (task.state in (TaskState.DONE, TaskState.FAILED) and
                     task.locked_by_us):
                 return True

@@ -414,9 +414,11 @@ class Poll(tick.Plumbing):
         """
         if wf.job is not None:
             wf.job.stop('left to the operator: %s' % why)
-            if not wf.job.progress().settled:
-                self._aftercare[wf.host] = dataclasses.replace(
-                    wf, future=None, on_done=None)
+            # Always through aftercare, settled or not: its next step
+            # unlocks the instances we locked that wait for a retry
+            # (the stopped job gives them up), then ends.
+            self._aftercare[wf.host] = dataclasses.replace(
+                wf, future=None, on_done=None)
             wf.job = None
         if wf.spare:
             self.drivers.reservation.forget(wf.spare)
