@@ -45,11 +45,13 @@ from instanceha import reloading
 from instanceha import shutdown as sim_shutdown
 from instanceha.sim import announce as sim_announce
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import coordinator as sim_coord
 from instanceha.sim import events as sim_events
 from instanceha.sim import executor as sim_executor
 from instanceha.sim import fencing as sim_fencing
 from instanceha.sim import guests
+from instanceha.sim import listeners as sim_listeners
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
 
@@ -100,7 +102,7 @@ class GateSpy:
 class _CycleCloud:
     """The cloud as one copy sees it: each snapshot starts a new cycle."""
 
-    def __init__(self, cloud: sim_world.SimCloud,
+    def __init__(self, cloud: sim_cloud.SimCloud,
                  on_cycle: Callable[[], None], calls: list[int]):
         self._cloud = cloud
         self._on_cycle = on_cycle
@@ -205,7 +207,7 @@ class Simulation:
         self.log = sim_events.EventLog(self.clock)
         self.log.aliases[sc.path + os.sep] = ''
         self.world = sim_scenario.build_world(sc, self.clock, self.log)
-        self.cloud = sim_world.SimCloud(self.world)
+        self.cloud = sim_cloud.SimCloud(self.world)
         settings = sc.settings
         self.end = float(settings.get('end', 900))
         self.election = sim_coord.Election(
@@ -272,7 +274,7 @@ class Simulation:
             return
         conf = self.make_conf()
         drivers = loader.load_configured(conf)
-        listeners = sim_world.SimListeners(self.world)
+        listeners = sim_listeners.SimListeners(self.world)
         for det in drivers.detectors:
             det.listeners = listeners
         for drv in drivers.all():
@@ -346,7 +348,7 @@ class Simulation:
         if not check:
             return None
         return kdump.find_watch(drivers.detectors) or \
-            sim_world.SimKdumpWatch(self.world)
+            sim_listeners.SimKdumpWatch(self.world)
 
     def stop(self, name: str, crashed: bool = False) -> None:
         copy = self.copies[name]

@@ -39,30 +39,29 @@ Simplifications, on purpose: the scheduler picks the up, enabled host with
 the most free vCPUs; a rebuild on a destination whose nova-compute is not
 running fails (real Nova would leave it queued until that compute comes
 back); a job of the service sees the world as it is at each of its steps.
+
+What the service sees of it goes through :mod:`instanceha.sim.cloud`
+(Nova's API) and :mod:`instanceha.sim.listeners` (heartbeats and
+fence_kdump messages); their classes are still reachable from here under
+their old names.
 """
 
 from collections.abc import Callable
 import dataclasses
 import datetime
 import heapq
+import importlib
 import itertools
 import math
-import types
 
 from instanceha.engine import model
-from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events
-from instanceha.sim import guests
-from instanceha.sim import moves
 
 #: BMC behaviours a scenario can switch on.
 BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
               'slow', 'unreachable')
-
-#: Nova servers list page size (``[api] max_limit``).
-PAGE = 1000
 
 #: Kinds of Nova API call a scenario can make fail (``nova fail``).
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
@@ -72,8 +71,25 @@ NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
 NOVA_ERRORS = ('500', '503', 'timeout', '409')
-_HTTP_TEXT = {500: 'Unexpected API Error.', 503: 'Service Unavailable',
-              409: 'Conflict: the request is refused in the current state'}
+
+#: Names that moved out of this module -> the module now holding them.
+_MOVED = {'SimCloud': 'cloud', 'PAGE': 'cloud',
+          'SimListeners': 'listeners', 'SimKdumpWatch': 'listeners',
+          'SimKdumpListener': 'listeners',
+          'SimHeartbeatListener': 'listeners'}
+
+
+def __getattr__(name: str):
+    """The old names of the Nova API and the listeners (see ``_MOVED``).
+
+    Looked up on use rather than imported here: those modules import
+    this one.
+    """
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError('module %r has no attribute %r'
+                             % (__name__, name))
+    return getattr(importlib.import_module('instanceha.sim.' + where), name)
 
 
 @dataclasses.dataclass
@@ -851,462 +867,3 @@ class World:
         if forced_down is not None:
             h.forced_down = forced_down
         return self.service_model(h)
-
-
-class SimCloud(ports.CloudPort):
-    """Nova as the engine sees it, backed by a :class:`World`."""
-
-    def __init__(self, world: World):
-        self.world = world
-        self.api_calls = 0
-        self._fault_ids = itertools.count(1)
-
-    def _call(self, n: int = 1) -> None:
-        self.api_calls += n
-
-    def _faults(self, kind: str, what: str,
-                action: Callable[[], object] | None = None,
-                any_too: bool = True):
-        """Fail the call if a fault was injected; else run ``action``.
-
-        A ``timeout`` lets Nova carry the call out and loses the answer:
-        the caller cannot tell whether it happened.
-        """
-        w = self.world
-        if w.nova_down:
-            w.say('nova', 'api_unreachable', None, call=kind)
-            raise exceptions.CloudError(
-                '%s: cannot connect (nova at http://nova.sim:8774): '
-                'ConnectFailure' % what)
-        for fault in w.nova_faults:
-            if fault.kind == kind or (any_too and fault.kind == 'any'):
-                if fault.skip > 0:
-                    fault.skip -= 1
-                    break
-                fault.count -= 1
-                if fault.count <= 0:
-                    w.nova_faults.remove(fault)
-                w.say('nova', 'api_fault', None, call=kind,
-                      error=fault.error)
-                if fault.error == 'timeout':
-                    if action is not None:
-                        action()
-                    raise exceptions.CloudError(
-                        '%s: connection failed (nova at '
-                        'http://nova.sim:8774): ReadTimeout: read timed '
-                        'out' % what)
-                code = int(fault.error)
-                raise exceptions.CloudError(
-                    '%s: HTTP %d from Nova: %s' % (
-                        what, code, _HTTP_TEXT[code]),
-                    request_id='req-sim-fault-%d' % next(self._fault_ids),
-                    status=code)
-        return action() if action is not None else None
-
-    def snapshot(self, *, images: bool = False,
-                 migrations_since: datetime.datetime | None = None,
-                 hosts: ports.HostSelector | None = None,
-                 aggregates: bool = True,
-                 services: model.Snapshot | None = None) -> model.Snapshot:
-        w = self.world
-        # A fault of kind snapshot fails the full read, also one that
-        # lists nothing itself (its services read just now).
-        self._faults('snapshot', 'list compute services')
-        taken_at, skew = w.local(w.clock.t), w.clock_skew
-        if services is not None:
-            taken_at, skew = services.taken_at, services.clock_skew
-            listed = services.services
-        else:
-            self._call()  # the services
-            listed = tuple(w.service_model(h) for h in w.hosts.values()
-                           if h.name not in w.deleted_services)
-        every = tuple(w.server_model(s) for s in w.servers.values()
-                      if s.host is not None)
-        read = None
-        if hosts is None:
-            servers = every
-            self._call(max(1, math.ceil(len(w.servers) / PAGE)))
-        else:
-            # Nova's servers?host=X: one listing (of pages) per host.
-            read = ports.select_hosts(hosts, listed)
-            servers = tuple(s for s in every if s.host in read)
-            for host in read:
-                on = sum(1 for s in servers if s.host == host)
-                self._call(max(1, math.ceil(on / PAGE)))
-        if aggregates:
-            self._call()
-        imgs = {}
-        if images:
-            self._call()
-            # Nova's adapter lists every image, not only those read here.
-            used = {s.image_id for s in every if s.image_id}
-            imgs = {i: w.images[i] for i in used if i in w.images}
-        migs: tuple = ()
-        if migrations_since is not None:
-            self._call()
-            migs = tuple(self._migrations(since=migrations_since))
-        # Taken at by our clock (when the services were read); the skew as
-        # Nova's Date header tells it.
-        return model.Snapshot(
-            taken_at=taken_at,
-            services=listed, servers=servers,
-            aggregates=tuple(w.aggregates.values()) if aggregates else (),
-            images=imgs, migrations=migs, clock_skew=skew,
-            servers_read=read)
-
-    def read_services(self) -> model.Snapshot:
-        """The compute services alone: one call.
-
-        Only ``nova down`` and faults of kind ``services`` hit it, so a
-        timeline's ``snapshot`` and ``any`` faults still fail the calls
-        they failed before this read existed.
-        """
-        w = self.world
-        self._call()
-        self._faults('services', 'list compute services', any_too=False)
-        # Taken at by our clock, like a full read (not Nova's).
-        return model.Snapshot(
-            taken_at=w.local(w.clock.t),
-            services=tuple(w.service_model(h) for h in w.hosts.values()
-                           if h.name not in w.deleted_services),
-            clock_skew=w.clock_skew)
-
-    def update_service(self, service: model.Service, *,
-                       status: str | None = None,
-                       disabled_reason: str | None = None,
-                       forced_down: bool | None = None) -> model.Service:
-        self._call()
-        return self._faults(
-            'update_service', 'update compute service of %s' % service.host,
-            lambda: self.world.api_update_service(
-                service.host, status, disabled_reason, forced_down))
-
-    def evacuate(self, server_id: str, *, host: str | None = None) -> None:
-        self._call()
-        self._faults('evacuate', 'evacuate %s' % server_id,
-                     lambda: self.world.api_evacuate(server_id, host))
-
-    def host_vcpus(self) -> dict[str, model.HostVcpus]:
-        """What placement would say: each host's vCPUs and their use.
-
-        One call; the scheduler's claims of evacuations under way count
-        (as placement allocations do), instances merely asked for do not.
-        """
-        self._call()
-        self._faults('capacity', 'read host capacity', any_too=False)
-        w = self.world
-        return {name: model.HostVcpus(capacity=h.vcpus,
-                                      used=h.vcpus - w.free(name))
-                for name, h in w.hosts.items()
-                if name not in w.deleted_services}
-
-    def _server(self, server_id: str) -> Server:
-        srv = self.world.servers.get(server_id)
-        if srv is None:
-            raise exceptions.CloudError('instance %s not found (HTTP 404)'
-                                        % server_id, status=404)
-        return srv
-
-    def get_server(self, server_id: str) -> model.Server:
-        self._call()
-        self._faults('get_server', 'show server %s' % server_id)
-        return self.world.server_model(self._server(server_id))
-
-    def changed_servers(self, since: datetime.datetime
-                        ) -> tuple[model.Server, ...]:
-        """Nova's servers?changes-since: one listing (of pages)."""
-        w = self.world
-        self._call()
-        self._faults('get_server', 'list servers changed since %s'
-                     % since.isoformat())
-        since -= datetime.timedelta(seconds=w.clock_skew)
-        found = tuple(w.server_model(s) for s in w.servers.values()
-                      if w.clock.at(s.changed_at) >= since)
-        self._call(max(1, math.ceil(len(found) / PAGE)) - 1)
-        return found
-
-    def _migrations(self, server_id=None, source_host=None, since=None,
-                    kind='evacuation'):
-        w = self.world
-        out = []
-        if since is not None:
-            # changes-since is given in our clock; Nova filters by its own
-            # (the Nova adapter translates it with the Date header's skew).
-            since -= datetime.timedelta(seconds=w.clock_skew)
-        for mig in reversed(w.migrations):
-            if mig.kind != kind:
-                continue
-            if server_id and mig.server_id != server_id:
-                continue
-            if source_host and mig.source_host != source_host:
-                continue
-            if since and w.clock.at(mig.updated_at) < since:
-                continue
-            if mig.visible_at > w.clock.t:
-                continue
-            out.append(w.migration_model(mig))
-        return out
-
-    def migrations(self, *, server_id: str | None = None,
-                   source_host: str | None = None,
-                   since: datetime.datetime | None = None,
-                   migration_type: str = 'evacuation'
-                   ) -> list[model.Migration]:
-        self._call()
-        self._faults('migrations', 'list migrations')
-        return self._migrations(server_id, source_host, since,
-                                migration_type)
-
-    def set_server_lock(self, server_id: str, locked: bool,
-                        reason: str | None = None) -> None:
-        self._call()
-        srv = self._server(server_id)
-
-        def lock():
-            self.world.check_actor('lock' if locked else 'unlock', srv.host)
-            srv.locked = locked
-            srv.locked_reason = reason if locked else None
-            self.world._changed(srv)
-        self._faults('lock', '%s server %s' % (
-            'lock' if locked else 'unlock', server_id), lock)
-
-    def stop_server(self, server_id: str) -> None:
-        self._call()
-        self._faults('stop', 'stop server %s' % server_id)
-        srv = self._server(server_id)
-        w = self.world
-        w.check_actor('stop', srv.host)
-        if srv.status != 'ACTIVE' or srv.task_state:
-            raise exceptions.CloudError(
-                "stop %s: Cannot 'stop' instance while it is in vm_state "
-                "%s (HTTP 409)" % (srv.name, srv.status.lower()), status=409)
-        srv.status = 'SHUTOFF'
-        srv.running_on.clear()
-        w._changed(srv)
-        moves._record(w, srv, 'stop')
-
-    def start_server(self, server_id: str) -> None:
-        self._call()
-        self._faults('start', 'start server %s' % server_id,
-                     lambda: guests.api_start(self.world, server_id),
-                     any_too=False)
-
-    def server_actions(self, server_id: str
-                       ) -> list[model.InstanceAction]:
-        self._call()
-        srv = self._server(server_id)
-        self._faults('actions', 'list actions of server %s' % server_id,
-                     any_too=False)
-        w = self.world
-        return [model.InstanceAction(
-            action=a.action, request_id=a.request_id, user_id=a.user_id,
-            start_time=w.clock.at(a.start_time),
-            message='Error' if a.errors else None)
-            for a in reversed(w.instance_actions.get(srv.id, []))]
-
-    def stopped_servers(self) -> tuple[model.Server, ...]:
-        self._call()  # one listing: status=SHUTOFF&status=VERIFY_RESIZE
-        self._faults('stopped', 'list stopped servers', any_too=False)
-        w = self.world
-        return tuple(w.server_model(s) for s in w.servers.values()
-                     if s.host is not None and
-                     s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
-
-    def reset_server_state(self, server_id: str, state: str) -> None:
-        self._call()
-        self._faults('reset_state', 'reset-state %s' % server_id)
-        srv = self._server(server_id)
-        self.world.check_actor('reset-state', srv.host)
-        if state not in ('error', 'active'):
-            raise exceptions.CloudError('reset-state %s: invalid state %r '
-                                        '(HTTP 400)' % (srv.name, state),
-                                        status=400)
-        srv.status = state.upper()
-        srv.task_state = None
-        self.world._changed(srv)
-
-    # -- planned moves (maintenance; the world's side is in sim.moves) ----
-
-    def live_migrate(self, server_id: str, host: str | None = None
-                     ) -> str | None:
-        self._call()
-        return self._faults(
-            'live_migrate', 'live-migrate server %s' % server_id,
-            lambda: moves.live_migrate(self.world, server_id, host))
-
-    def cold_migrate(self, server_id: str, host: str | None = None
-                     ) -> str | None:
-        self._call()
-        return self._faults(
-            'cold_migrate', 'cold-migrate server %s' % server_id,
-            lambda: moves.cold_migrate(self.world, server_id, host))
-
-    def confirm_resize(self, server_id: str) -> None:
-        self._call()
-        self._faults('confirm_resize', 'confirm migration of server %s'
-                     % server_id,
-                     lambda: moves.confirm_resize(self.world, server_id))
-
-    def action_errors(self, server_id: str, action: str,
-                      request_id: str | None = None
-                      ) -> tuple[str | None, list[str]]:
-        self._call()
-        self._faults('get_server', 'list actions of server %s' % server_id)
-        return moves.action_errors(self.world, self._server(server_id),
-                                   action, request_id)
-
-    def set_server_metadata(self, server_id: str, key: str,
-                            value: str) -> None:
-        self._call()
-        srv = self._server(server_id)
-        self._faults('metadata', 'set metadata %s on server %s' % (
-            key, server_id), lambda: srv.metadata.__setitem__(key, value))
-        self.world._changed(srv)
-
-    def delete_server_metadata(self, server_id: str, key: str) -> None:
-        self._call()
-        srv = self._server(server_id)
-        self._faults('metadata', 'delete metadata %s of server %s' % (
-            key, server_id), lambda: srv.metadata.pop(key, None))
-        self.world._changed(srv)
-
-
-class SimKdumpListener:
-    """Stands in for the kdump detector's UDP listener.
-
-    The real kdump detector runs unchanged; only what it would have heard
-    from fence_kdump_send comes from the world.
-    """
-
-    def __init__(self, world: World):
-        self.world = world
-        self.started_at = world.clock.monotonic()
-
-    def start(self) -> None:
-        pass
-
-    def set_known_hosts(self, hosts) -> None:
-        pass
-
-    def last_message(self, host: str) -> datetime.datetime | None:
-        return self.world.kdump_last_message(host)
-
-    def record(self, host: str):
-        from instanceha.heartbeat import listener
-        last = self.last_message(host)
-        if last is None:
-            return None
-        h = self.world.hosts[host]
-        first = self.world.local(h.kdump_start)
-        count = 1 + int((last - first).total_seconds()
-                        // self.world.timing.kdump_interval)
-        return listener.KdumpRecord(first=first, last=last, count=count,
-                                    address='192.0.2.%s' % h.id)
-
-    def stop(self) -> None:
-        pass
-
-
-class SimHeartbeatListener:
-    """Stands in for the heartbeat detector's UDP listener."""
-
-    def __init__(self, world: World):
-        self.world = world
-        self.started_at = world.clock.monotonic()
-        #: The listener's socket side, always up in the simulation.
-        self.udp = types.SimpleNamespace(running=True)
-        #: As HeartbeatListener.responder (set by the shutdown handler).
-        self.responder = None
-        #: host -> agent run of the announcement this copy forgot.
-        self._forgotten: dict[str, int] = {}
-        world.heartbeat_listeners.append(self)
-
-    def start(self) -> None:
-        pass
-
-    def stats(self) -> dict:
-        return {}
-
-    # -- shutdown announcements (instanceha.sim.announce) ---------------
-
-    def _heard(self, host: str):
-        h = self.world.hosts.get(host)
-        ann = h.announcement if h is not None else None
-        if (ann is None or ann.last < self.started_at
-                or self._forgotten.get(host) == ann.boot):
-            return None
-        return ann
-
-    def announcement(self, host: str):
-        from instanceha.sim import announce
-        ann = self._heard(host)
-        return announce.as_announcement(host, ann) if ann else None
-
-    def announced(self) -> dict:
-        return {h: a for h in sorted(self.world.hosts)
-                for a in [self.announcement(h)] if a is not None}
-
-    def returned(self, host: str) -> bool:
-        from instanceha.sim import announce
-        return self._heard(host) is not None and announce.returned(
-            self.world, host)
-
-    def forget_announcement(self, host: str) -> None:
-        ann = self._heard(host)
-        if ann is not None:
-            self._forgotten[host] = ann.boot
-
-    def answer(self, host: str) -> str | None:
-        """What this copy answers the host's agent (None: nothing)."""
-        ann = self.announcement(host)
-        responder = self.responder
-        return responder(ann) if ann and responder else None
-
-    def now(self) -> float:
-        return self.world.clock.monotonic()
-
-    def set_known_hosts(self, hosts) -> None:
-        pass
-
-    def age(self, host: str) -> float | None:
-        h = self.world.hosts.get(host)
-        last = None if h is None else self.world.agent_last(h)
-        if last is None or last < self.started_at:
-            return None
-        return self.now() - last
-
-    def record(self, host: str):
-        return None
-
-    def stop(self) -> None:
-        if self in self.world.heartbeat_listeners:
-            self.world.heartbeat_listeners.remove(self)
-
-
-class SimKdumpWatch(ports.KdumpWatch):
-    """What a fence_kdump listener would have heard in the world."""
-
-    def __init__(self, world: World):
-        self.world = world
-
-    def last_message(self, host: str) -> datetime.datetime | None:
-        return self.world.kdump_last_message(host)
-
-
-class SimListeners(ports.ListenerFactory):
-    """The simulator's listener factory: what the world's hosts sent.
-
-    The heartbeat and kdump detectors run unchanged; they ask this
-    factory instead of opening UDP sockets.
-    """
-
-    def __init__(self, world: World):
-        self.world = world
-
-    def heartbeat(self, endpoints, keyring, max_clock_skew,
-                  log_interval) -> SimHeartbeatListener:
-        return SimHeartbeatListener(self.world)
-
-    def kdump(self, endpoints, address_map,
-              reverse_dns) -> SimKdumpListener:
-        return SimKdumpListener(self.world)

@@ -1,0 +1,167 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The listeners of the simulated world: what its hosts sent.
+
+The heartbeat and kdump detectors run unchanged in the simulation; they
+get their listeners from :class:`SimListeners` instead of opening UDP
+sockets, and those answer from the :class:`~instanceha.sim.world.World`:
+the hosts' heartbeat agents, their shutdown announcements
+(:mod:`instanceha.sim.announce`) and fence_kdump messages.
+"""
+
+import datetime
+import types
+
+from instanceha.engine import ports
+from instanceha.sim import world as sim_world
+
+
+class SimKdumpListener:
+    """Stands in for the kdump detector's UDP listener.
+
+    The real kdump detector runs unchanged; only what it would have heard
+    from fence_kdump_send comes from the world.
+    """
+
+    def __init__(self, world: sim_world.World):
+        self.world = world
+        self.started_at = world.clock.monotonic()
+
+    def start(self) -> None:
+        pass
+
+    def set_known_hosts(self, hosts) -> None:
+        pass
+
+    def last_message(self, host: str) -> datetime.datetime | None:
+        return self.world.kdump_last_message(host)
+
+    def record(self, host: str):
+        from instanceha.heartbeat import listener
+        last = self.last_message(host)
+        if last is None:
+            return None
+        h = self.world.hosts[host]
+        first = self.world.local(h.kdump_start)
+        count = 1 + int((last - first).total_seconds()
+                        // self.world.timing.kdump_interval)
+        return listener.KdumpRecord(first=first, last=last, count=count,
+                                    address='192.0.2.%s' % h.id)
+
+    def stop(self) -> None:
+        pass
+
+
+class SimHeartbeatListener:
+    """Stands in for the heartbeat detector's UDP listener."""
+
+    def __init__(self, world: sim_world.World):
+        self.world = world
+        self.started_at = world.clock.monotonic()
+        #: The listener's socket side, always up in the simulation.
+        self.udp = types.SimpleNamespace(running=True)
+        #: As HeartbeatListener.responder (set by the shutdown handler).
+        self.responder = None
+        #: host -> agent run of the announcement this copy forgot.
+        self._forgotten: dict[str, int] = {}
+        world.heartbeat_listeners.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return {}
+
+    # -- shutdown announcements (instanceha.sim.announce) ---------------
+
+    def _heard(self, host: str):
+        h = self.world.hosts.get(host)
+        ann = h.announcement if h is not None else None
+        if (ann is None or ann.last < self.started_at
+                or self._forgotten.get(host) == ann.boot):
+            return None
+        return ann
+
+    def announcement(self, host: str):
+        from instanceha.sim import announce
+        ann = self._heard(host)
+        return announce.as_announcement(host, ann) if ann else None
+
+    def announced(self) -> dict:
+        return {h: a for h in sorted(self.world.hosts)
+                for a in [self.announcement(h)] if a is not None}
+
+    def returned(self, host: str) -> bool:
+        from instanceha.sim import announce
+        return self._heard(host) is not None and announce.returned(
+            self.world, host)
+
+    def forget_announcement(self, host: str) -> None:
+        ann = self._heard(host)
+        if ann is not None:
+            self._forgotten[host] = ann.boot
+
+    def answer(self, host: str) -> str | None:
+        """What this copy answers the host's agent (None: nothing)."""
+        ann = self.announcement(host)
+        responder = self.responder
+        return responder(ann) if ann and responder else None
+
+    def now(self) -> float:
+        return self.world.clock.monotonic()
+
+    def set_known_hosts(self, hosts) -> None:
+        pass
+
+    def age(self, host: str) -> float | None:
+        h = self.world.hosts.get(host)
+        last = None if h is None else self.world.agent_last(h)
+        if last is None or last < self.started_at:
+            return None
+        return self.now() - last
+
+    def record(self, host: str):
+        return None
+
+    def stop(self) -> None:
+        if self in self.world.heartbeat_listeners:
+            self.world.heartbeat_listeners.remove(self)
+
+
+class SimKdumpWatch(ports.KdumpWatch):
+    """What a fence_kdump listener would have heard in the world."""
+
+    def __init__(self, world: sim_world.World):
+        self.world = world
+
+    def last_message(self, host: str) -> datetime.datetime | None:
+        return self.world.kdump_last_message(host)
+
+
+class SimListeners(ports.ListenerFactory):
+    """The simulator's listener factory: what the world's hosts sent.
+
+    The heartbeat and kdump detectors run unchanged; they ask this
+    factory instead of opening UDP sockets.
+    """
+
+    def __init__(self, world: sim_world.World):
+        self.world = world
+
+    def heartbeat(self, endpoints, keyring, max_clock_skew,
+                  log_interval) -> SimHeartbeatListener:
+        return SimHeartbeatListener(self.world)
+
+    def kdump(self, endpoints, address_map,
+              reverse_dns) -> SimKdumpListener:
+        return SimKdumpListener(self.world)
