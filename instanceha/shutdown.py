@@ -352,6 +352,13 @@ class ShutdownHandler:
 
         self._submit(h, record, lambda _: setattr(h, 'recorded', True))
 
+    def _maintenance(self, purpose: str) -> maintenance.Maintenance:
+        """Nova maintenance work, its progress logged as ``purpose``'s."""
+        return maintenance.Maintenance(
+            self.env.cloud, out=lambda text: LOG.info(
+                'shutdown %s: %s', purpose, text), clock=self.env.clock,
+            run_all=self._run_all)
+
     def _drain(self, h: _Host, svc: model.Service) -> None:
         # A drain an earlier leader started is ours: it is resumed (what
         # is left is moved, moves under way are waited for), never taken
@@ -368,10 +375,7 @@ class ShutdownHandler:
         self._move(h, S.DRAINING, kind=h.ann.kind, policy=h.policy,
                    **({'reason': 'resumed: started by an earlier leader'}
                       if resumed else {}))
-        work = maintenance.Maintenance(
-            self.env.cloud, out=lambda text: LOG.info('shutdown drain: %s',
-                                                      text),
-            clock=self.env.clock, run_all=self._run_all)
+        work = self._maintenance('drain')
         now = self.env.clock.now()
         note = '%s %s announced' % (DRAIN_NOTE, h.ann.kind)
         timeout = self.conf.shutdown.drain_timeout
@@ -433,10 +437,7 @@ class ShutdownHandler:
         if shutdown.frozen(svc):
             return self._enable_frozen(h.ann.host)
         if drained_by_us(svc):
-            work = maintenance.Maintenance(
-                self.env.cloud, out=lambda text: LOG.info(
-                    'shutdown return: %s', text), clock=self.env.clock,
-                run_all=self._run_all)
+            work = self._maintenance('return')
             return lambda: work.end(h.ann.host)
         return None
 
@@ -548,10 +549,7 @@ class ShutdownHandler:
         h = self._hosts[host] = _Host(ann=ann, policy='', source='',
                                       action=shutdown.MIGRATE, state=S.FROZEN,
                                       drain='done')
-        work = maintenance.Maintenance(
-            self.env.cloud, out=lambda text: LOG.info(
-                'shutdown return: %s', text), clock=self.env.clock,
-            run_all=self._run_all)
+        work = self._maintenance('return')
         now = self.env.clock.now()
         since = parsed[0] if parsed else now
         self._submit(h, lambda: work.end(host), lambda _: (

@@ -17,7 +17,7 @@ The order of questions for each host, first answer wins:
 1. In recovery already (our marker in ``disabled_reason``, or the caller
    says so)? -> RECOVERING; host filters are not asked again (the host is
    disabled by us and may have no instances left), instance filters are.
-2. Dropped by an out-of-scope filter (disabled by an operator, R3)?
+2. Dropped by an out-of-scope filter (disabled by an operator on purpose)?
    -> IGNORED, not monitored, not counted by the threshold.
 3. The detectors' combined verdict (``[detection] combine``): alive ->
    HEALTHY, unknown -> UNKNOWN, isolated -> ISOLATED, disputed ->
@@ -96,7 +96,7 @@ def combine(evidence: list[det_base.Evidence], mode: str,
 
     A disagreement (one says failed, another alive) has two directions:
     Nova (the control plane) says failed while the host's own witness says
-    alive -> isolated, a partition (R15); Nova still sees the host alive
+    alive -> isolated, a partition; Nova still sees the host alive
     (or does not vote) while another witness says failed -> disputed.
     Neither is acted on; both are judged again next poll.
 

@@ -29,7 +29,8 @@ Names (``host`` is set on all but the cycle-level ones):
                           step's details (``reason``, ``level``, ...)
 ``host_resumed``          a workflow adopted from a Nova marker after a
                           restart or leader change: ``state``
-``fence_pending``         every cycle while a host cannot be fenced (R9):
+``fence_pending``         every cycle while a host cannot be fenced (it is
+                          never evacuated unfenced):
                           ``attempts``, ``retry_in``, ``reason``
 ``kdump_wait``            waiting for a first kdump message: ``timeout``
 ``spare_claimed``         ``spare``: a reserved host enabled for ``host``
@@ -50,8 +51,8 @@ Names (``host`` is set on all but the cycle-level ones):
 ``evacuate_done``         ``server``, ``dest``, ``status``
 ``evacuate_failed``       ``server``, ``attempt``, ``dest``, ``reason``;
                           ``retry_in`` (s) when it will be retried
-``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (R17's
-                          terminal error state)
+``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (retries
+                          used up: an operator must act)
 ``forced_down_cleared``   a recovered host may report ``up`` again
 ``server_locked``         ``server``
 ``server_unlocked``       ``server``

@@ -28,7 +28,7 @@ DOWN = 'down'
 ENABLED = 'enabled'
 DISABLED = 'disabled'
 
-#: Instance statuses Nova accepts for evacuation (R10; seed step 8).
+#: Instance statuses Nova accepts for evacuation.
 EVACUABLE_STATUSES = frozenset({'ACTIVE', 'ERROR', 'SHUTOFF'})
 
 

@@ -43,7 +43,7 @@ class Decision(str, enum.Enum):
     RECOVERING = 'recovering'
     #: The witnesses disagree and Nova is the one saying failed (e.g. Nova
     #: says down, the host's own heartbeat says alive): a partition, not a
-    #: failure (R15). No action.
+    #: failure. No action.
     ISOLATED = 'isolated'
     #: The witnesses disagree the other way: Nova still sees the host alive
     #: (or does not vote) while another witness says failed (a kdump

@@ -291,7 +291,7 @@ class Fencer(abc.ABC):
 
     @abc.abstractmethod
     def configured(self, host: str) -> bool:
-        """Whether the host has a usable fencing configuration (R9)."""
+        """Whether the host has a usable fencing configuration."""
 
     @abc.abstractmethod
     def fence(self, host: str) -> FenceResult:
@@ -317,7 +317,7 @@ class Fencer(abc.ABC):
 
 
 class Coordinator(abc.ABC):
-    """Leader election and per-host locks (R14)."""
+    """Leader election and per-host locks: only one copy acts."""
 
     @abc.abstractmethod
     def is_leader(self) -> bool:
@@ -387,7 +387,7 @@ class Executor(abc.ABC):
 
 
 class KdumpWatch(abc.ABC):
-    """What the fence_kdump listener heard (R8)."""
+    """What the fence_kdump listener heard."""
 
     @abc.abstractmethod
     def last_message(self, host: str) -> datetime.datetime | None:
@@ -523,7 +523,7 @@ _power_proof: contextvars.ContextVar[PowerProof | None] = \
 
 
 class LeaderGuard:
-    """The one gate every side effect passes (R14: only the leader acts).
+    """The one gate every side effect passes (only the leader acts).
 
     Checked at the moment of the call, not when the step was planned: a
     job queued while this copy led, a fencing chain walking to its next

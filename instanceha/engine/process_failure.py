@@ -214,16 +214,25 @@ class ProcessFailures:
             self.env.events.emit(events.PROCESS_FAILURE_HELD, hosts=hosts,
                                  reason=reason)
 
+    def _update(self, svc: model.Service, failed: str, **changes) -> bool:
+        """Write ``changes`` to the service; False if Nova refused them.
+
+        ``failed``: the warning logged then, with the host and the error.
+        """
+        try:
+            self.env.cloud.update_service(svc, **changes)
+        except exceptions.InstanceHAError as exc:
+            LOG.warning(failed, svc.host, exc)
+            return False
+        return True
+
     def _disable(self, svc: model.Service, decision,
                  now: datetime.datetime) -> None:
         reason = marker_mod.Marker(state=HostState.SERVICE_DOWN, when=now,
                                    note=NOTE).render()
-        try:
-            self.env.cloud.update_service(svc, status=model.DISABLED,
-                                          disabled_reason=reason)
-        except exceptions.InstanceHAError as exc:
-            LOG.warning('process failure on %s: could not disable its '
-                        'compute service: %s', svc.host, exc)
+        if not self._update(svc, 'process failure on %s: could not disable '
+                            'its compute service: %s',
+                            status=model.DISABLED, disabled_reason=reason):
             return
         # Ours from now on: an enable seen at the very next read (before
         # any read showed the marker) ends the episode too.
@@ -256,11 +265,8 @@ class ProcessFailures:
             if svc.updated_at is not None and (
                     svc.updated_at - ours_at).total_seconds() <= OWN_WRITE:
                 continue  # our own write's time stamp, not a report
-            try:
-                self.env.cloud.update_service(svc, status=model.ENABLED)
-            except exceptions.InstanceHAError as exc:
-                LOG.warning('could not enable the compute service of %s '
-                            'again: %s', svc.host, exc)
+            if not self._update(svc, 'could not enable the compute service '
+                                'of %s again: %s', status=model.ENABLED):
                 continue
             self.env.events.emit(
                 events.PROCESS_RECOVERED, svc.host,

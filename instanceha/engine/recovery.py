@@ -27,17 +27,17 @@ A host's way through the table of :mod:`instanceha.engine.states`::
     suspect -> fencing -> fenced -> evacuating -> evacuated
             -> powering_on -> waiting_up -> enabling -> healthy
 
-* fencing: R9, a host that cannot be fenced (no configuration, every
+* fencing: a host that cannot be fenced (no configuration, every
   level failed) goes to fence_failed and is retried with back-off; it is
   never evacuated. With kdump checking, a host first gets
   ``kdump_timeout`` seconds to announce a crash dump; a dumping host
   counts as fenced and is never power-cycled.
-* fenced: forced down and disabled with a marker (R10), then a spare is
-  claimed (R7) and the marker says ``evacuating``.
+* fenced: forced down and disabled with a marker, then a spare is
+  claimed and the marker says ``evacuating``.
 * evacuating: the evacuation strategy's job is stepped until it is
-  complete; any instance given up means FAILED (R12; with
-  fire-and-forget, unless ``force_enable``, R13).
-* evacuated: ``leave_disabled`` ends in left_disabled (R11); otherwise the
+  complete; any instance given up means FAILED (always with smart
+  evacuation; with fire-and-forget, unless ``force_enable``).
+* evacuated: ``leave_disabled`` ends in left_disabled; otherwise the
   host is powered on (not a kdump host), ``forced_down`` is cleared, and
   it is enabled once Nova reports it ``up``.
 

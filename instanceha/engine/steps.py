@@ -115,7 +115,7 @@ class Steps(tick.Plumbing):
             self._step_fenced(wf)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
-        """Force down + disable with a marker (R10), then reserve a spare.
+        """Force down + disable with a marker, then reserve a spare.
 
         One job (the marker, the reservation step, the marker saying
         ``evacuating``); what it reserved is applied to the workflow in
@@ -169,7 +169,7 @@ class Steps(tick.Plumbing):
         """How many evacuations the next step of ``wf`` may start.
 
         Tracked strategies count the rebuilds they are watching (the
-        seed's WORKERS: instances evacuated at the same time);
+        ``[evacuation] max_in_flight``, by default ``workers``);
         fire-and-forget does not wait for rebuilds, so for it the cap only
         bounds the calls started per tick. The cap is shared fairly: each
         host being evacuated may hold at most its share of it (so the
@@ -577,8 +577,8 @@ class Steps(tick.Plumbing):
             # This Nova clears forced_down only once the host's
             # nova-compute has started again (it completes the evacuation
             # records, then reports): a heartbeat newer than the power-on
-            # (R11) says it has, and one write enables the host and
-            # clears forced_down (the enable step).
+            # says it has, and one write enables the host and clears
+            # forced_down (the enable step).
             if svc.forced_down and self._heartbeat_since(svc, wf.up_after):
                 self._transition(wf, S.ENABLING, forced_down=True)
                 self._step_enabling(wf)
@@ -612,8 +612,8 @@ class Steps(tick.Plumbing):
         if svc.forced_down:
             wf.cleared_at = None  # forced down again since: clear again
             return
-        # Only a heartbeat newer than the power-on proves the host is back
-        # (R11): an older 'up' is the dead host's last word.
+        # Only a heartbeat newer than the power-on proves the host is
+        # back: an older 'up' is the dead host's last word.
         if svc.state != model.UP or (
                 svc.updated_at is not None and not self._heartbeat_since(
                     svc, wf.up_after)):

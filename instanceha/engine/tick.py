@@ -41,6 +41,15 @@ _SAME = object()
 OPERATOR_READ_AGE = 1.0
 
 
+def _listed(services: model.Snapshot | None, host: str) -> model.Service:
+    """``host``'s service in a read of the services; an error if missing."""
+    svc = services.service(host) if services else None
+    if svc is None:
+        raise exceptions.CloudError('nova-compute service of %s is not '
+                                    'listed by Nova' % host)
+    return svc
+
+
 class Plumbing:
     """Submit, harvest, transition and mark: the engine's tick plumbing."""
 
@@ -166,11 +175,7 @@ class Plumbing:
                 on_done(fut.result())
 
     def _service(self, host: str) -> model.Service:
-        svc = self.snapshot.service(host) if self.snapshot else None
-        if svc is None:
-            raise exceptions.CloudError('nova-compute service of %s is not '
-                                        'listed by Nova' % host)
-        return svc
+        return _listed(self.snapshot, host)
 
     def _mark(self, wf: HostWorkflow, state: HostState, note: str = '',
               *, spare=_SAME, **changes) -> None:
@@ -240,11 +245,7 @@ class Plumbing:
             current = read[1].service(host)
             if current is not None:
                 return current
-        current = self.env.cloud.read_services().service(host)
-        if current is None:
-            raise exceptions.CloudError('nova-compute service of %s is not '
-                                        'listed by Nova' % host)
-        return current
+        return _listed(self.env.cloud.read_services(), host)
 
     @staticmethod
     def _catching(fn: Callable, *errors) -> Callable:

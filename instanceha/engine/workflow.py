@@ -66,7 +66,7 @@ UP_OVERDUE_CHECK = (
     'out of instanceha\'s hands, disable it with a reason of your own')
 
 
-#: Logged when a host is marked FAILED (seed manual, step 11).
+#: Logged when a host is marked FAILED: the operator's steps.
 OPERATOR_STEPS = (
     'host %(host)s is FAILED and stays disabled and forced down. To hand '
     'it back: 1) find out why the instances listed above could not be '
@@ -105,7 +105,7 @@ def new_recovery_id() -> str:
 
 
 def operator_action(host: str) -> str:
-    """What an operator must do about a FAILED host (seed step 11)."""
+    """What an operator must do about a FAILED host."""
     return ('check the instances of %s listed in the log, evacuate or fix '
             'them by hand, then run "instanceha-manage hosts clear %s"'
             % (host, host))
@@ -158,7 +158,7 @@ class HostWorkflow:
     #: Instances given up (marker short ids): never evacuated again, also
     #: by a copy that resumes (they are in the marker).
     gave_up: tuple[str, ...] = ()
-    #: The host's evacuation stopped at a give-up (R12, ``stop_host``).
+    #: The host's evacuation stopped at a give-up (``stop_host``).
     stopped: bool = False
     #: When its latest step raised (clock.now()); None: never.
     failed_at: datetime.datetime | None = None

@@ -41,16 +41,20 @@ from tests.functional import test_recovery as rec
 
 class TestProcessFailure(e2e.HeartbeatCloudTest):
 
+    def kill_compute(self, cloud, host, why='with the service_down marker'):
+        """Kill ``host``'s nova-compute; wait until we disabled it."""
+        cloud.nova.control.kill(host)
+        rec.wait_for(lambda: (cloud.service(host).disabled_reason or
+                              '').startswith('instanceha:service_down'),
+                     60, '%s disabled %s' % (host, why))
+
     def test_dead_nova_compute_disabled_never_fenced_enabled_again(self):
         cloud, vm, _agents, eng = self.heartbeat_cloud(options={
             'instance_failure.enabled': False,
         })
 
         # nova-compute dies on host1; the host and its agent live on.
-        cloud.nova.control.kill('host1')
-        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
-                              '').startswith('instanceha:service_down'),
-                     60, 'host1 disabled with the service_down marker')
+        self.kill_compute(cloud, 'host1')
         svc = cloud.service('host1')
         self.assertEqual('disabled', svc.status)
         self.assertFalse(svc.forced_down)
@@ -84,10 +88,7 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         cloud, vm, _agents, eng = self.heartbeat_cloud(options={
             'instance_failure.enabled': False,
         })
-        cloud.nova.control.kill('host1')
-        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
-                              '').startswith('instanceha:service_down'),
-                     60, 'host1 disabled with the service_down marker')
+        self.kill_compute(cloud, 'host1')
 
         # An operator wants it in service while nova-compute is down.
         cloud.client.services.enable(cloud.service('host1').id)
@@ -107,10 +108,7 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         cycles = eng.engine.cycles
         rec.wait_for(lambda: eng.engine.cycles >= cycles + 2, 60,
                      'two cycles with host1 up')
-        cloud.nova.control.kill('host1')
-        rec.wait_for(lambda: (cloud.service('host1').disabled_reason or
-                              '').startswith('instanceha:service_down'),
-                     60, 'host1 disabled again for the new outage')
+        self.kill_compute(cloud, 'host1', 'again for the new outage')
         self.assertEqual(2, len(eng.record.named(events.PROCESS_FAILURE,
                                                  'host1')))
         self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))
