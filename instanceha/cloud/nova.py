@@ -62,6 +62,7 @@ from novaclient import client as nova_client
 from novaclient import exceptions as nova_exc
 from oslo_config import cfg
 
+from instanceha.cloud import nova_answers as answers
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -73,28 +74,11 @@ MICROVERSION = '2.94'
 #: Last microversion with Nova's image proxy (removed in 2.36).
 IMAGE_PROXY_MICROVERSION = '2.35'
 
-_REQUEST_ID_HEADERS = ('x-openstack-request-id', 'x-compute-request-id')
-
-#: Glance v2 image keys that are not user properties.
-_GLANCE_CORE = frozenset({
-    'id', 'name', 'status', 'visibility', 'protected', 'checksum',
-    'os_hash_algo', 'os_hash_value', 'owner', 'size', 'virtual_size',
-    'min_ram', 'min_disk', 'created_at', 'updated_at', 'tags', 'self',
-    'file', 'schema', 'disk_format', 'container_format', 'locations',
-    'direct_url', 'os_hidden', 'stores'})
-
-
-def parse_time(text) -> datetime.datetime | None:
-    """Nova's time stamps (naive UTC, maybe with Z/offset) -> aware UTC."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return when.replace(tzinfo=datetime.timezone.utc)
-    return when.astimezone(datetime.timezone.utc)
+#: Old names of the parsers now in nova_answers (kept for their users).
+parse_time = answers.parse_time
+_service = answers.service
+_server = answers.server
+_glance_image = answers.glance_image
 
 
 def _bound_by_lease(http) -> None:
@@ -124,99 +108,6 @@ def _bound_by_lease(http) -> None:
 def _iso(when: datetime.datetime) -> str:
     return when.astimezone(datetime.timezone.utc).strftime(
         '%Y-%m-%dT%H:%M:%SZ')
-
-
-def _service(raw: dict) -> model.Service:
-    raw_ts = raw.get('updated_at')
-    return model.Service(
-        id=str(raw['id']), host=raw['host'], state=raw.get('state') or '',
-        status=raw.get('status') or '',
-        forced_down=bool(raw.get('forced_down')),
-        updated_at=parse_time(raw_ts),
-        updated_at_raw=None if raw_ts is None else str(raw_ts),
-        disabled_reason=raw.get('disabled_reason'),
-        zone=raw.get('zone'))
-
-
-def _int_or_none(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _server(raw: dict) -> model.Server:
-    flavor = raw.get('flavor') or {}
-    image = raw.get('image')
-    return model.Server(
-        id=raw['id'], name=raw.get('name') or '',
-        host=raw.get('OS-EXT-SRV-ATTR:host'),
-        status=raw.get('status') or '',
-        flavor=model.Flavor(
-            name=flavor.get('original_name') or flavor.get('id') or '',
-            extra_specs=dict(flavor.get('extra_specs') or {}),
-            vcpus=_int_or_none(flavor.get('vcpus'))),
-        image_id=image.get('id') if isinstance(image, dict) else None,
-        task_state=raw.get('OS-EXT-STS:task_state'),
-        metadata=dict(raw.get('metadata') or {}),
-        locked=bool(raw.get('locked')),
-        locked_reason=raw.get('locked_reason'),
-        project_id=raw.get('tenant_id'))
-
-
-def _aggregate(raw: dict) -> model.Aggregate:
-    return model.Aggregate(
-        id=str(raw['id']), name=raw.get('name') or '',
-        hosts=frozenset(raw.get('hosts') or ()),
-        metadata=dict(raw.get('metadata') or {}),
-        availability_zone=raw.get('availability_zone'))
-
-
-def _migration(raw: dict) -> model.Migration:
-    return model.Migration(
-        id=str(raw.get('uuid') or raw['id']),
-        server_id=raw.get('instance_uuid'),
-        source_host=raw.get('source_compute'),
-        dest_host=raw.get('dest_compute'),
-        status=raw.get('status') or '',
-        migration_type=raw.get('migration_type') or '',
-        created_at=parse_time(raw.get('created_at')),
-        updated_at=parse_time(raw.get('updated_at')))
-
-
-def _glance_image(raw: dict) -> model.Image:
-    props = {k: v for k, v in raw.items()
-             if k not in _GLANCE_CORE and isinstance(v, str)}
-    return model.Image(id=raw['id'], name=raw.get('name') or '',
-                       tags=tuple(raw.get('tags') or ()), properties=props)
-
-
-def _proxy_image(raw: dict) -> model.Image:
-    props = {k: str(v) for k, v in (raw.get('metadata') or {}).items()}
-    return model.Image(id=raw['id'], name=raw.get('name') or '',
-                       properties=props)
-
-
-def _request_id(resp) -> str | None:
-    if resp is None:
-        return None
-    for header in _REQUEST_ID_HEADERS:
-        if resp.headers.get(header):
-            return resp.headers[header]
-    return None
-
-
-def _fault(resp) -> str:
-    """Nova's (or Glance's) error text from a response body, short."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return (resp.text or '').strip()[:200]
-    if isinstance(body, dict) and len(body) == 1:
-        inner = next(iter(body.values()))
-        if isinstance(inner, dict) and 'message' in inner:
-            return str(inner['message'])[:300]
-    return str(body)[:300]
 
 
 def _nova_message(exc: nova_exc.ClientException) -> str:
@@ -401,7 +292,7 @@ class NovaCloud(ports.CloudPort):
             raise exceptions.CloudError(
                 '%s: Nova answered HTTP %d with a body that is not JSON'
                 % (what, resp.status_code),
-                request_id=_request_id(resp)) from None
+                request_id=answers.request_id(resp)) from None
         return body
 
     def _pages(self, what: str, url: str, key: str, links_key: str,
@@ -435,7 +326,7 @@ class NovaCloud(ports.CloudPort):
     def list_services(self) -> tuple[model.Service, ...]:
         found = self._call('list nova-compute services',
                            self.nova.services.list, binary='nova-compute')
-        return tuple(_service(s.to_dict()) for s in found)
+        return tuple(answers.service(s.to_dict()) for s in found)
 
     def list_servers(self, host: str | None = None
                      ) -> tuple[model.Server, ...]:
@@ -450,7 +341,7 @@ class NovaCloud(ports.CloudPort):
         # A server created or deleted between two pages can shift the
         # pages and show up twice: keep one copy of each.
         unique = {s['id']: s for s in raw}
-        return tuple(_server(s) for s in unique.values())
+        return tuple(answers.server(s) for s in unique.values())
 
     def stopped_servers(self) -> tuple[model.Server, ...]:
         """SHUTOFF and VERIFY_RESIZE servers: one filtered listing.
@@ -462,12 +353,12 @@ class NovaCloud(ports.CloudPort):
                           '/servers/detail', 'servers', 'servers_links',
                           {'all_tenants': 1,
                            'status': ['SHUTOFF', 'VERIFY_RESIZE']})
-        found = {s['id']: _server(s) for s in raw}
+        found = {s['id']: answers.server(s) for s in raw}
         return tuple(found[k] for k in sorted(found))
 
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:
         found = self._call('list aggregates', self.nova.aggregates.list)
-        return tuple(_aggregate(a.to_dict()) for a in found)
+        return tuple(answers.aggregate(a.to_dict()) for a in found)
 
     def image_source(self) -> str:
         """'glance' or 'nova', per ``[tagging] image_source``."""
@@ -510,19 +401,19 @@ class NovaCloud(ports.CloudPort):
             raw = (self._glance_pages('list images (glance)', root, {})
                    + self._glance_pages('list hidden images (glance)',
                                         root, {'os_hidden': 'true'}))
-            return {i['id']: _glance_image(i) for i in raw}
+            return {i['id']: answers.glance_image(i) for i in raw}
         raw = self._pages(
             'list images (nova image proxy)', '/images/detail', 'images',
             'images_links', {}, client=self.image_proxy,
             microversion=IMAGE_PROXY_MICROVERSION)
-        return {i['id']: _proxy_image(i) for i in raw}
+        return {i['id']: answers.proxy_image(i) for i in raw}
 
     def _glance_get(self, what: str, url: str) -> dict:
         """One GET on Glance (no novaclient there: the plain session)."""
         resp = self._call(what, self.session.get, url, raise_exc=False)
         if resp.status_code != 200:
-            raise self._refused(what, resp.status_code, _fault(resp),
-                                _request_id(resp), MICROVERSION)
+            raise self._refused(what, resp.status_code, answers.fault(resp),
+                                answers.request_id(resp), MICROVERSION)
         try:
             body = resp.json()
         except ValueError:
@@ -530,7 +421,7 @@ class NovaCloud(ports.CloudPort):
         if not isinstance(body, dict):
             raise exceptions.CloudError(
                 '%s: Glance answered with a body that is not JSON' % what,
-                request_id=_request_id(resp))
+                request_id=answers.request_id(resp))
         return body
 
     def _glance_pages(self, what: str, root: str, params: dict
@@ -618,8 +509,8 @@ class NovaCloud(ports.CloudPort):
         if not isinstance(data, dict) or 'service' not in data:
             raise exceptions.CloudError(
                 '%s: Nova answered HTTP %d without the service'
-                % (what, resp.status_code), request_id=_request_id(resp))
-        return _service(data['service'])
+                % (what, resp.status_code), request_id=answers.request_id(resp))
+        return answers.service(data['service'])
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
         """Rebuild the server elsewhere; on ``host`` if Nova's checks agree.
@@ -641,7 +532,7 @@ class NovaCloud(ports.CloudPort):
     def get_server(self, server_id: str) -> model.Server:
         found = self._call('get server %s' % server_id,
                            self.nova.servers.get, server_id)
-        return _server(found.to_dict())
+        return answers.server(found.to_dict())
 
     def changed_servers(self, since: datetime.datetime
                         ) -> tuple[model.Server, ...]:
@@ -657,7 +548,7 @@ class NovaCloud(ports.CloudPort):
                                   seconds=self.clock_skew or 0))})
         unique = {s['id']: s for s in raw
                   if (s.get('status') or '').upper() != 'DELETED'}
-        return tuple(_server(s) for s in unique.values())
+        return tuple(answers.server(s) for s in unique.values())
 
     def migrations(self, *, server_id: str | None = None,
                    source_host: str | None = None,
@@ -681,7 +572,7 @@ class NovaCloud(ports.CloudPort):
         raw = self._pages('list %s records' % migration_type,
                           '/os-migrations', 'migrations',
                           'migrations_links', params)
-        result = [_migration(m) for m in raw]
+        result = [answers.migration(m) for m in raw]
         epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
         result.sort(key=lambda m: m.created_at or epoch, reverse=True)
         return result
@@ -766,7 +657,7 @@ class NovaCloud(ports.CloudPort):
         found = [model.InstanceAction(
             action=a.get('action') or '', request_id=a.get('request_id'),
             user_id=a.get('user_id') or None,
-            start_time=parse_time(a.get('start_time')),
+            start_time=answers.parse_time(a.get('start_time')),
             message=a.get('message'))
             for a in self.instance_actions(server_id)]
         epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
