@@ -44,6 +44,10 @@ import yaml
 from instanceha.engine import model
 from instanceha.sim import world as sim_world
 
+#: File options that a scenario's config gives relative to its directory.
+RELATIVE_PATHS = (('fencing', 'config_file'), ('heartbeat', 'key_file'),
+                  ('heartbeat', 'previous_key_file'), ('veto_hooks', 'hooks'))
+
 #: Timeline commands: name -> (arguments, what it does).
 COMMANDS = {
     'power-off': ('HOST', 'the host loses power (not a fence)'),
