@@ -128,8 +128,11 @@ def clear(cloud, host: str, enable: bool, now) -> str:
             return 'host %s enabled, forced_down cleared' % host
         cloud.update_service(
             service, status=model.DISABLED, forced_down=False,
-            disabled_reason=parsed.replace(
-                state=S.WAITING_UP, when=now, spare=None, gave_up=(),
+            # Times on Nova's clock, as the service writes them.
+            disabled_reason=parsed.on_nova_clock(snapshot.clock_skew).replace(
+                state=S.WAITING_UP,
+                when=marker.to_nova(now, snapshot.clock_skew),
+                spare=None, gave_up=(),
                 stopped=False,
                 note='cleared by operator').render())
     except exceptions.CloudError as exc:

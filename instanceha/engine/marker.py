@@ -16,7 +16,7 @@ A marker makes a host's workflow durable in Nova itself, so that a
 restarted service (or a new leader) resumes where the last one stopped,
 and ``openstack compute service list --long`` tells the story::
 
-    instanceha:evacuating 2026-11-29T12:00:05Z fenced_at=... spare=h9 rid=...
+    instanceha:evacuating 2026-11-29T12:00:05Z fenced_at=... clock=nova ...
     instanceha:failed 2026-11-29T12:00:05Z FAILED 2 instance(s) not ...
 
 The layout is the state, a UTC time stamp, then ``key=value`` fields and
@@ -24,6 +24,15 @@ finally a free note (FAILED puts the word in capitals first, so it stands
 out). Every part of instanceha reads and writes markers through
 :class:`Marker` only; markers written by earlier versions (fields only, or
 a free note only) parse unchanged.
+
+Times are on Nova's clock (``clock=nova``): the copy that reads a marker
+back may run on a clock stepped since it was written (an NTP step, a
+restart on another machine), and only Nova's clock names the same moment
+for both. The writer converts with the skew it measures between its
+clock and Nova's (:attr:`instanceha.engine.model.Snapshot.clock_skew`),
+the reader with the skew it measures now (:meth:`Marker.ours`). A marker
+without ``clock=nova`` (written by an earlier version) has its times on
+the writer's clock: they are read as they are, as those versions did.
 """
 
 import dataclasses
@@ -56,6 +65,22 @@ def parse_ts(text: str) -> datetime.datetime | None:
             tzinfo=datetime.timezone.utc)
     except (TypeError, ValueError):
         return None
+
+
+def to_nova(ours: datetime.datetime,
+            skew: float | None) -> datetime.datetime:
+    """A time of our clock as Nova's clock read it at that moment.
+
+    ``skew``: seconds our clock was ahead of Nova's then (negative:
+    behind; None: unknown, taken as none).
+    """
+    return ours - datetime.timedelta(seconds=skew or 0.0)
+
+
+def from_nova(nova: datetime.datetime,
+              skew: float | None) -> datetime.datetime:
+    """A time of Nova's clock on our clock (``skew``: see :func:`to_nova`)."""
+    return nova + datetime.timedelta(seconds=skew or 0.0)
 
 
 def short_id(server_id: str) -> str:
@@ -91,11 +116,49 @@ class Marker:
     note: str = ''
     #: ``key=value`` fields this version does not know, kept as written.
     extra: tuple[tuple[str, str], ...] = ()
+    #: ``when`` and ``fenced_at`` are on Nova's clock (``clock=nova``);
+    #: False: on the clock of the copy that wrote them (a marker of an
+    #: earlier version). See :meth:`ours`.
+    nova_clock: bool = False
+
+    def ours(self, when: datetime.datetime | None,
+             skew: float | None) -> datetime.datetime | None:
+        """``when`` (one of this marker's times) on our clock now.
+
+        ``skew``: seconds our clock is ahead of Nova's now. A time on the
+        writer's own clock (an earlier version's marker) is taken as it
+        is: it was written by a clock taken to be ours.
+        """
+        if when is None or not self.nova_clock:
+            return when
+        return from_nova(when, skew)
+
+    def on_nova(self, when: datetime.datetime | None,
+                skew: float | None) -> datetime.datetime | None:
+        """``when`` (one of this marker's times) on Nova's clock."""
+        if when is None or self.nova_clock:
+            return when
+        return to_nova(when, skew)
+
+    def on_nova_clock(self, skew: float | None) -> 'Marker':
+        """This marker with its times on Nova's clock.
+
+        ``skew``: seconds our clock is ahead of Nova's now (what an
+        earlier version's times are converted with: they were written by
+        a clock taken to be ours).
+        """
+        if self.nova_clock:
+            return self
+        return dataclasses.replace(
+            self, when=to_nova(self.when, skew),
+            fenced_at=self.on_nova(self.fenced_at, skew), nova_clock=True)
 
     def fields(self) -> list[tuple[str, str]]:
         out = []
         if self.fenced_at is not None:
             out.append(('fenced_at', format_ts(self.fenced_at)))
+        if self.nova_clock:
+            out.append(_NOVA_CLOCK)
         if self.spare:
             out.append(('spare', self.spare))
         if self.kdump:
@@ -194,19 +257,27 @@ class Marker:
                           if i),
             stopped=known.get('stopped') == 'yes',
             shutdown=known.get('shutdown') or None,
+            nova_clock=known.get('clock') == 'nova',
             note=' '.join(tokens).strip(), extra=tuple(extra))
 
     def details(self) -> str:
-        """The fields and note, as ``hosts list`` and the plan show them."""
-        return ' '.join(['%s=%s' % kv for kv in self.fields()] +
+        """The fields and note, as ``hosts list`` and the plan show them.
+
+        Without ``clock=nova``: how the times are kept, not news.
+        """
+        return ' '.join(['%s=%s' % kv for kv in self.fields()
+                         if kv != _NOVA_CLOCK] +
                         ([self.note] if self.note else []))
 
     def replace(self, **changes) -> 'Marker':
         return dataclasses.replace(self, **changes)
 
 
+#: The field saying a marker's times are on Nova's clock.
+_NOVA_CLOCK = ('clock', 'nova')
+
 _KNOWN = frozenset({'fenced_at', 'spare', 'kdump', 'rid', 'stopped',
-                    'gave_up', 'shutdown'})
+                    'gave_up', 'shutdown', 'clock'})
 
 
 def parse(reason: str | None) -> Marker | None:

@@ -342,15 +342,20 @@ class Poll(tick.Plumbing):
                 continue
             if parsed is None or parsed.state not in workflow.RESUMABLE:
                 continue
-            state, when = parsed.state, parsed.when
+            # The marker's times on our clock as it runs now (they are on
+            # Nova's: ours may have been stepped since they were written).
+            skew = snapshot.clock_skew or 0.0
+            state = parsed.state
+            when = min(parsed.ours(parsed.when, skew), self.env.clock.now())
             wf = HostWorkflow(host=svc.host, state=state, entered=when,
                               detected=when, resumed=True,
                               servers=tuple(snapshot.servers_on(svc.host)),
                               spare=parsed.spare, kdump=parsed.kdump,
                               shutdown=parsed.shutdown,
                               gave_up=parsed.gave_up, stopped=parsed.stopped,
-                              since=(parsed.fenced_at or when) -
-                              workflow.MIGRATION_SLACK,
+                              since=(parsed.ours(parsed.fenced_at, skew) or
+                                     when) - workflow.MIGRATION_SLACK,
+                              since_skew=skew,
                               recovery=parsed.recovery or workflow.new_recovery_id())
             if wf.spare and state in (S.FENCED, S.EVACUATING):
                 self.drivers.reservation.adopt(svc.host, wf.spare)
@@ -362,8 +367,9 @@ class Poll(tick.Plumbing):
                 # Fire-and-forget moved on before the rebuilds ended; the
                 # previous run's aftercare is lost: watch them again so
                 # they are unlocked and their power state restored.
-                self._aftercare[svc.host] = dataclasses.replace(
-                    wf, job=strategy.begin(svc.host, [], since=wf.since))
+                job = strategy.begin(svc.host, [], since=wf.since)
+                job.since_skew = wf.since_skew
+                self._aftercare[svc.host] = dataclasses.replace(wf, job=job)
             self._emit(events.HOST_RESUMED, svc.host, state=state.value)
 
     def _handed_back(self, wf: HostWorkflow, svc: model.Service,

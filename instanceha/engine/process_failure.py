@@ -163,7 +163,8 @@ class ProcessFailures:
             return
         cap = int(_opt(self.conf, 'max_per_cycle', 5))
         for host in new[:cap]:
-            self._disable(snapshot.service(host), decisions[host], now)
+            self._disable(snapshot.service(host), decisions[host],
+                          snapshot.nova_now(now))
         self._report('hold', tuple(new[cap:]), 'cap of %d per cycle '
                      '([process_failure] max_per_cycle); next cycle' % cap)
 
@@ -227,8 +228,10 @@ class ProcessFailures:
         return True
 
     def _disable(self, svc: model.Service, decision,
-                 now: datetime.datetime) -> None:
-        reason = marker_mod.Marker(state=HostState.SERVICE_DOWN, when=now,
+                 nova_now: datetime.datetime) -> None:
+        """Disable ``svc`` with our marker (``nova_now``: Nova's clock)."""
+        reason = marker_mod.Marker(state=HostState.SERVICE_DOWN,
+                                   when=nova_now, nova_clock=True,
                                    note=NOTE).render()
         if not self._update(svc, 'process failure on %s: could not disable '
                             'its compute service: %s',
@@ -261,7 +264,9 @@ class ProcessFailures:
             d = plan.decision(svc.host)
             if d is None or d.decision is not plan_mod.Decision.HEALTHY:
                 continue
-            ours_at = mark.when - datetime.timedelta(seconds=skew)
+            # On Nova's clock, as updated_at (a marker of an earlier
+            # version has it on ours).
+            ours_at = mark.on_nova(mark.when, skew)
             if svc.updated_at is not None and (
                     svc.updated_at - ours_at).total_seconds() <= OWN_WRITE:
                 continue  # our own write's time stamp, not a report
@@ -270,4 +275,5 @@ class ProcessFailures:
                 continue
             self.env.events.emit(
                 events.PROCESS_RECOVERED, svc.host,
-                down_for=int((now - mark.when).total_seconds()))
+                down_for=int((now - mark.ours(mark.when, skew))
+                             .total_seconds()))

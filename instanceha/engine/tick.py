@@ -195,15 +195,26 @@ class Plumbing:
         """The marker of ``wf`` in ``state``: what a resumed copy needs.
 
         ``spare``: the spare to name (default: the workflow's).
+
+        Its times are on Nova's clock (see :mod:`.marker`): ``when`` with
+        the skew measured now, ``fenced_at`` with the one measured when
+        ``wf.since`` was read from our clock, so that a clock stepped in
+        between changes neither.
         """
+        skew = self.snapshot.clock_skew if self.snapshot else None
+        when = marker_mod.to_nova(self.env.clock.now(), skew)
         if state is S.FAILED:
             # An operator's note only (the workflow ends here).
-            return marker_mod.Marker(state=state, when=self.env.clock.now(),
+            return marker_mod.Marker(state=state, when=when,
                                      recovery=wf.recovery or None,
-                                     note=note[:200])
+                                     note=note[:200], nova_clock=True)
+        fenced_at = None
+        if wf.since is not None:
+            fenced_at = marker_mod.to_nova(
+                wf.since + workflow.MIGRATION_SLACK,
+                skew if wf.since_skew is None else wf.since_skew)
         return marker_mod.Marker(
-            state=state, when=self.env.clock.now(),
-            fenced_at=(wf.since + workflow.MIGRATION_SLACK) if wf.since else None,
+            state=state, when=when, fenced_at=fenced_at, nova_clock=True,
             spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
             recovery=wf.recovery or None, shutdown=wf.shutdown,
             # What was given up matters while instances are evacuated.

@@ -163,5 +163,5 @@ class HostWorkflow:
     #: When its latest step raised (clock.now()); None: never.
     failed_at: datetime.datetime | None = None
     #: The skew between our clock and Nova's when ``since`` was read from
-    #: our clock (None: unknown, e.g. resumed from a marker).
+    #: our clock, or converted to it from a marker (None: unknown).
     since_skew: float | None = None

@@ -49,6 +49,11 @@ BASES = (
     'kdump-ends-mid-throttled-evacuation',
     # A dead nova-compute: disabled with its own marker, never fenced.
     'process-failure-stop-compute',
+    # Our clock skewed from Nova's, or stepped mid-recovery: the markers'
+    # times name the same moment for the copy that reads them back.
+    'clock-skew-ahead',
+    'clock-skew-behind',
+    'clock-stepped-back-mid-evacuation',
 )
 
 #: Every state of each shutdown policy (freeze, failover, migrate, a

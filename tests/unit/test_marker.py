@@ -29,14 +29,54 @@ class TestMarker(testtools.TestCase):
 
     def test_round_trip_every_field(self):
         for state in S:
-            m = Marker(state=state, when=NOW, fenced_at=FENCED,
-                       spare='spare-1', kdump=True, recovery='r-1a2b',
-                       gave_up=('0a1b2c3d4e5f', 'ffee00112233'),
-                       stopped=True, shutdown='poweroff',
-                       note='2 instance(s) not evacuated')
-            text = m.render()
-            self.assertLessEqual(len(text), marker.MAX_LENGTH)
-            self.assertEqual(m, Marker.parse(text))
+            for nova_clock in (True, False):
+                m = Marker(state=state, when=NOW, fenced_at=FENCED,
+                           spare='spare-1', kdump=True, recovery='r-1a2b',
+                           gave_up=('0a1b2c3d4e5f', 'ffee00112233'),
+                           stopped=True, shutdown='poweroff',
+                           note='2 instance(s) not evacuated',
+                           nova_clock=nova_clock)
+                text = m.render()
+                self.assertLessEqual(len(text), marker.MAX_LENGTH)
+                self.assertEqual(m, Marker.parse(text))
+
+    def test_times_on_novas_clock_name_the_same_moment(self):
+        # Written while our clock ran 40 s ahead of Nova's; read back
+        # after it was stepped 300 s back (260 s behind Nova's).
+        written = Marker(state=S.EVACUATING,
+                         when=marker.to_nova(NOW, 40),
+                         fenced_at=marker.to_nova(FENCED, 40),
+                         nova_clock=True)
+        text = written.render()
+        self.assertIn(' clock=nova', text)
+        back = Marker.parse(text)
+        self.assertTrue(back.nova_clock)
+        step = datetime.timedelta(seconds=300)
+        self.assertEqual(NOW - step, back.ours(back.when, -260))
+        self.assertEqual(FENCED - step, back.ours(back.fenced_at, -260))
+        self.assertEqual(marker.to_nova(NOW, 40),
+                         back.on_nova(back.when, -260))
+        self.assertIsNone(back.ours(None, -260))
+        # How the times are kept is not news for the plan and hosts list.
+        self.assertNotIn('clock', back.details())
+
+    def test_times_of_the_previous_version_are_read_as_ours(self):
+        # No clock=nova: written on the writer's clock, which is taken to
+        # be ours (what every earlier version did).
+        old = Marker.parse('instanceha:evacuating 2026-11-29T12:00:05Z '
+                           'fenced_at=2026-11-29T11:58:00Z rid=r-1')
+        self.assertFalse(old.nova_clock)
+        self.assertEqual(NOW, old.ours(old.when, -260))
+        self.assertEqual(FENCED, old.ours(old.fenced_at, -260))
+        skewed = datetime.timedelta(seconds=260)
+        self.assertEqual(NOW + skewed, old.on_nova(old.when, -260))
+        # Rewritten on Nova's clock (hosts clear), naming the same moment.
+        new = old.on_nova_clock(-260)
+        self.assertTrue(new.nova_clock)
+        self.assertEqual((NOW + skewed, FENCED + skewed),
+                         (new.when, new.fenced_at))
+        self.assertIs(new, new.on_nova_clock(100))
+        self.assertEqual(FENCED, new.ours(new.fenced_at, -260))
 
     def test_shutdown_element_is_only_added(self):
         # Written by the previous version (no element): adopted, and the

@@ -56,6 +56,8 @@ class TestHosts(testtools.TestCase):
         self.assertEqual('disabled', svc.status)
         self.assertEqual(S.WAITING_UP,
                          states.parse_marker(svc.disabled_reason)[0])
+        # Its times on Nova's clock, as the service writes them.
+        self.assertIn(' clock=nova', svc.disabled_reason)
 
     def test_clear_enable_now(self):
         self.mark('host2', S.LEFT_DISABLED)
