@@ -167,6 +167,20 @@ class ShutdownHandler:
             return shutdown.FREEZE
         return action
 
+    def _skew(self) -> float | None:
+        """Seconds our clock is ahead of Nova's, as last measured."""
+        snapshot = self.engine.snapshot
+        return snapshot.clock_skew if snapshot is not None else None
+
+    def _nova_now(self) -> datetime.datetime:
+        """Now on Nova's clock: the clock of the records we keep in Nova.
+
+        A copy that reads them back (after a restart, or a new leader)
+        may run on a clock stepped since: only Nova's names the same
+        moment for both.
+        """
+        return marker_mod.to_nova(self.env.clock.now(), self._skew())
+
     def _leads(self) -> bool:
         return bool(self.env.coordinator.is_leader()
                     and not self.env.guard.halted)
@@ -299,11 +313,11 @@ class ShutdownHandler:
         if why:
             self._leave(h, why)
             return
-        now = self.env.clock.now()
+        now = self._nova_now()
         left = max(0, int(self.conf.shutdown.return_timeout - silent))
         reason = shutdown.Frozen(
             since=now, kind=h.ann.kind,
-            until=now + datetime.timedelta(seconds=left),
+            until=now + datetime.timedelta(seconds=left), nova_clock=True,
             note='policy %s (%s)' % (h.policy, h.source)).render()
         cloud = self.env.cloud
 
@@ -334,10 +348,10 @@ class ShutdownHandler:
                 self._leave(h, 'its compute service is disabled (reason: '
                             '%s)' % (svc.disabled_reason or 'none'))
             return
-        now = self.env.clock.now()
+        now = self._nova_now()
         reason = shutdown.Frozen(
             since=now, kind=h.ann.kind, action=shutdown.FAILOVER,
-            until=now + datetime.timedelta(
+            nova_clock=True, until=now + datetime.timedelta(
                 seconds=self.conf.shutdown.return_timeout),
             note='policy %s (%s): recovered elsewhere once proven off'
             % (h.policy, h.source)).render()
@@ -497,6 +511,11 @@ class ShutdownHandler:
         back = (svc.state == model.UP and not svc.forced_down
                 and age is not None
                 and age <= self.conf.heartbeat.timeout)
+        # Its times on our clock as it runs now (see _nova_now).
+        skew = self._skew()
+        fr = dataclasses.replace(fr, since=fr.ours(fr.since, skew),
+                                 until=fr.ours(fr.until, skew),
+                                 nova_clock=False)
         if not back and (fr.failover or now <= fr.until):
             # A failover record stays until the recovery replaces it.
             return

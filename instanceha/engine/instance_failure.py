@@ -62,18 +62,33 @@ IN_PROGRESS = frozenset({RESTARTING, RELOCATING, STARTING})
 
 
 @dataclasses.dataclass(frozen=True)
-class Record:
-    """The ``KEY`` metadata item: counters and the step under way."""
+class Record(marker_mod.NovaClockTimes):
+    """The ``KEY`` metadata item: counters and the step under way.
+
+    Its time is on Nova's clock (``clock=nova``): it is compared with the
+    time stamps of Nova's instance actions, and read back by copies whose
+    clocks may differ from (or be stepped since) the writer's.
+    """
 
     restarts: int = 0
     relocations: int = 0
     state: str = RUNNING
-    #: When the state was entered (our clock).
+    #: When the state was entered (Nova's clock, see ``nova_clock``).
     at: datetime.datetime | None = None
     #: Request id of the stop that was handled (never handled twice).
     stop: str | None = None
     #: The host the instance crashed on (a relocation leaves it).
     source: str | None = None
+    #: ``at`` is on Nova's clock; False: on the clock of the copy that
+    #: wrote it (an earlier version's record), taken to be ours.
+    nova_clock: bool = False
+
+    def on_nova_clock(self, skew: float | None) -> 'Record':
+        """This record with ``at`` on Nova's clock (``skew``: now's)."""
+        if self.nova_clock:
+            return self
+        return dataclasses.replace(self, at=self.on_nova(self.at, skew),
+                                   nova_clock=True)
 
     def render(self) -> str:
         parts = ['restarts=%d' % self.restarts,
@@ -84,6 +99,8 @@ class Record:
             parts.append('stop=%s' % self.stop)
         if self.source:
             parts.append('from=%s' % self.source)
+        if self.nova_clock:
+            parts.append(marker_mod.NOVA_CLOCK_FIELD)
         return ' '.join(parts)[:255]
 
     @classmethod
@@ -97,7 +114,8 @@ class Record:
                        state=fields.get('state', RUNNING),
                        at=marker_mod.parse_ts(fields.get('at', '')),
                        stop=fields.get('stop') or None,
-                       source=fields.get('from') or None)
+                       source=fields.get('from') or None,
+                       nova_clock=fields.get('clock') == 'nova')
         except ValueError:
             return None
 
@@ -246,7 +264,12 @@ class InstanceFailures:
         context = context or snapshot
         filters = self.drivers.filters
         servers = []
-        for host in sorted(self._in_scope(snapshot, plan, busy, now)):
+        in_scope = self._in_scope(snapshot, plan, busy, now)
+        # From here on every time is on Nova's clock: the records' (read
+        # back by any copy), and the instance actions' they are compared
+        # with.
+        now, skew = snapshot.nova_now(now), snapshot.clock_skew
+        for host in sorted(in_scope):
             if decide.host_reasons(filters, host, context):
                 continue  # never its instances (e.g. an untagged host)
             servers.extend(decide.eligible_servers(
@@ -259,6 +282,8 @@ class InstanceFailures:
                 self._tracked.discard(srv.id)
                 continue
             rec = Record.parse(srv.metadata.get(KEY))
+            if rec is not None:
+                rec = rec.on_nova_clock(skew)
             if rec is not None and rec.state in IN_PROGRESS:
                 self._tracked.add(srv.id)
                 crash = self._progress(srv, rec, now)
@@ -327,13 +352,14 @@ class InstanceFailures:
     def _act(self, crash: Crash, now: datetime.datetime) -> None:
         from instanceha.plugins.instance_failure import base
         srv = crash.server
-        rec = crash.record or Record()
+        rec = crash.record or Record(nova_clock=True)
         stable = int(_opt(self.conf, 'stable_time', 600))
         reason = crash.reason
         if (rec.at is not None and crash.stop
                 is not None and crash.stop.start_time is not None and
                 (crash.stop.start_time - rec.at).total_seconds() >= stable):
-            rec = Record()  # its last start was a success after all
+            # Its last start was a success after all.
+            rec = Record(nova_clock=True)
             reason += '; ran %ds since its last start: counters reset' % (
                 stable)
         step = self.strategy.next_step(base.Counters(rec.restarts,
@@ -348,13 +374,15 @@ class InstanceFailures:
         try:
             if step is base.Step.RESTART:
                 self._write(srv, Record(rec.restarts + 1, rec.relocations,
-                                        RESTARTING, now, stop_id, srv.host))
+                                        RESTARTING, now, stop_id, srv.host,
+                                        nova_clock=True))
                 cloud.start_server(srv.id)
                 emit(events.INSTANCE_START_REQUESTED, srv.host,
                      server=srv.name, after='restart')
             elif step is base.Step.RELOCATE:
                 self._write(srv, Record(rec.restarts, rec.relocations + 1,
-                                        RELOCATING, now, stop_id, srv.host))
+                                        RELOCATING, now, stop_id, srv.host,
+                                        nova_clock=True))
                 cloud.cold_migrate(srv.id)
                 emit(events.INSTANCE_RELOCATE_REQUESTED, srv.host,
                      server=srv.name)

@@ -83,13 +83,41 @@ def from_nova(nova: datetime.datetime,
     return nova + datetime.timedelta(seconds=skew or 0.0)
 
 
+class NovaClockTimes:
+    """Times of a record kept in Nova, read back by any copy.
+
+    On Nova's clock when the record says so (its ``nova_clock``), else on
+    the clock of the copy that wrote it (a record of an earlier version),
+    which is taken to be ours.
+    """
+
+    nova_clock: bool
+
+    def ours(self, when: datetime.datetime | None,
+             skew: float | None) -> datetime.datetime | None:
+        """``when`` (one of this record's times) on our clock now.
+
+        ``skew``: seconds our clock is ahead of Nova's now.
+        """
+        if when is None or not self.nova_clock:
+            return when
+        return from_nova(when, skew)
+
+    def on_nova(self, when: datetime.datetime | None,
+                skew: float | None) -> datetime.datetime | None:
+        """``when`` (one of this record's times) on Nova's clock."""
+        if when is None or self.nova_clock:
+            return when
+        return to_nova(when, skew)
+
+
 def short_id(server_id: str) -> str:
     """The part of an instance id a marker keeps (it has 255 characters)."""
     return server_id.replace('-', '')[:12]
 
 
 @dataclasses.dataclass(frozen=True)
-class Marker:
+class Marker(NovaClockTimes):
     """What one marker says; :meth:`render` and :meth:`parse` invert."""
 
     state: HostState
@@ -118,27 +146,8 @@ class Marker:
     extra: tuple[tuple[str, str], ...] = ()
     #: ``when`` and ``fenced_at`` are on Nova's clock (``clock=nova``);
     #: False: on the clock of the copy that wrote them (a marker of an
-    #: earlier version). See :meth:`ours`.
+    #: earlier version). See :meth:`~NovaClockTimes.ours`.
     nova_clock: bool = False
-
-    def ours(self, when: datetime.datetime | None,
-             skew: float | None) -> datetime.datetime | None:
-        """``when`` (one of this marker's times) on our clock now.
-
-        ``skew``: seconds our clock is ahead of Nova's now. A time on the
-        writer's own clock (an earlier version's marker) is taken as it
-        is: it was written by a clock taken to be ours.
-        """
-        if when is None or not self.nova_clock:
-            return when
-        return from_nova(when, skew)
-
-    def on_nova(self, when: datetime.datetime | None,
-                skew: float | None) -> datetime.datetime | None:
-        """``when`` (one of this marker's times) on Nova's clock."""
-        if when is None or self.nova_clock:
-            return when
-        return to_nova(when, skew)
 
     def on_nova_clock(self, skew: float | None) -> 'Marker':
         """This marker with its times on Nova's clock.
@@ -273,8 +282,10 @@ class Marker:
         return dataclasses.replace(self, **changes)
 
 
-#: The field saying a marker's times are on Nova's clock.
+#: The field saying a record's times are on Nova's clock.
 _NOVA_CLOCK = ('clock', 'nova')
+#: ... as it is written.
+NOVA_CLOCK_FIELD = '%s=%s' % _NOVA_CLOCK
 
 _KNOWN = frozenset({'fenced_at', 'spare', 'kdump', 'rid', 'stopped',
                     'gave_up', 'shutdown', 'clock'})

@@ -76,7 +76,7 @@ _ACTION_RE = re.compile(r'^action=(?P<action>[a-z]+)(?: (?P<note>.*))?$',
 
 
 @dataclasses.dataclass(frozen=True)
-class Frozen:
+class Frozen(marker.NovaClockTimes):
     """What the disabled_reason of a frozen host says.
 
     Also the record of an announced host under failover (``action``
@@ -84,6 +84,10 @@ class Frozen:
     starts before the host is proven off still knows it announced its
     shutdown (never power-cycled, not powered on afterwards). Such a host
     is in scope: it is recovered, not frozen.
+
+    Its times are on Nova's clock (``clock=nova``, after the action), like
+    a recovery marker's (see :mod:`instanceha.engine.marker`): a copy
+    that did not hear the announcement judges ``until`` on them.
     """
 
     since: datetime.datetime
@@ -94,6 +98,9 @@ class Frozen:
     #: FAILOVER for a failover record; None: a freeze (written by every
     #: version before the element existed).
     action: str | None = None
+    #: ``since`` and ``until`` are on Nova's clock; False: on the clock
+    #: of the copy that wrote them (an earlier version's record).
+    nova_clock: bool = False
 
     def render(self) -> str:
         text = '%s %s %s until=%s' % (REASON_PREFIX,
@@ -101,6 +108,9 @@ class Frozen:
                                       self.kind, marker.format_ts(self.until))
         if self.action:
             text += ' action=%s' % self.action
+        if self.nova_clock:
+            # After the action: an earlier version reads it as the note.
+            text += ' ' + marker.NOVA_CLOCK_FIELD
         if self.note:
             text += ' ' + ' '.join(self.note.split())
         return text[:255]
@@ -122,8 +132,12 @@ class Frozen:
         am = _ACTION_RE.match(note)
         if am:
             action, note = am.group('action'), am.group('note') or ''
+        head, _, rest = note.partition(' ')
+        nova_clock = head == marker.NOVA_CLOCK_FIELD
+        if nova_clock:
+            note = rest
         return cls(since=since, kind=m.group('kind'), until=until,
-                   note=note, action=action)
+                   note=note, action=action, nova_clock=nova_clock)
 
 
 def frozen(service: model.Service | None) -> 'Frozen | None':

@@ -61,8 +61,21 @@ def make_conf(**opts):
 class TestRecord(testtools.TestCase):
 
     def test_round_trip(self):
-        rec = inst.Record(2, 1, inst.RELOCATING, NOW, 'req-9', 'h1')
-        self.assertEqual(rec, inst.Record.parse(rec.render()))
+        for nova_clock in (False, True):
+            rec = inst.Record(2, 1, inst.RELOCATING, NOW, 'req-9', 'h1',
+                              nova_clock=nova_clock)
+            self.assertEqual(rec, inst.Record.parse(rec.render()))
+
+    def test_times_of_the_previous_version_are_taken_as_ours(self):
+        old = inst.Record.parse('restarts=1 relocations=0 state=restarting '
+                                'at=2026-11-29T12:00:00Z stop=req-1')
+        self.assertFalse(old.nova_clock)
+        # Our clock 300 s behind Nova's: on Nova's, 300 s later.
+        new = old.on_nova_clock(-300)
+        self.assertTrue(new.nova_clock)
+        self.assertEqual(old.at + datetime.timedelta(seconds=300), new.at)
+        self.assertIn(' clock=nova', new.render())
+        self.assertIs(new, new.on_nova_clock(100))
 
     def test_absent_and_malformed(self):
         self.assertIsNone(inst.Record.parse(None))

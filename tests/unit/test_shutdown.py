@@ -337,6 +337,23 @@ class TestPolicy(testtools.TestCase):
         self.assertIsNone(old.action)
         self.assertFalse(old.failover)
         self.assertEqual('policy conditional ([shutdown] policy)', old.note)
+        # ... on the clock of the copy that wrote it, taken to be ours.
+        self.assertFalse(old.nova_clock)
+        self.assertEqual(old.until, old.ours(old.until, 600))
+
+    def test_times_on_novas_clock(self):
+        for action in (None, 'failover'):
+            fr = shutdown.Frozen(since=NOW, kind='reboot', action=action,
+                                 until=NOW + datetime.timedelta(seconds=300),
+                                 note='policy conditional', nova_clock=True)
+            text = fr.render()
+            self.assertIn(' clock=nova policy conditional', text)
+            back = shutdown.Frozen.parse(text)
+            self.assertEqual(fr, back)
+            self.assertEqual('policy conditional', back.note)
+            # Read by a copy whose clock runs 600 s ahead of Nova's.
+            self.assertEqual(NOW + datetime.timedelta(seconds=900),
+                             back.ours(back.until, 600))
 
 
 class TestCombine(testtools.TestCase):
