@@ -356,6 +356,17 @@ class NovaCloud(ports.CloudPort):
         found = {s['id']: answers.server(s) for s in raw}
         return tuple(found[k] for k in sorted(found))
 
+    def locked_servers(self) -> tuple[model.Server, ...]:
+        """Locked servers only, with their lock reasons: one listing.
+
+        Nova's ``locked`` filter (microversion 2.73 and later).
+        """
+        raw = self._pages('list locked servers', '/servers/detail',
+                          'servers', 'servers_links',
+                          {'all_tenants': 1, 'locked': 'true'})
+        found = {s['id']: answers.server(s) for s in raw}
+        return tuple(found[k] for k in sorted(found))
+
     def list_aggregates(self) -> tuple[model.Aggregate, ...]:
         found = self._call('list aggregates', self.nova.aggregates.list)
         return tuple(answers.aggregate(a.to_dict()) for a in found)

@@ -109,12 +109,42 @@ def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
     A lock whose reason is not ours is someone else's (its owner's), and
     is left exactly as it is.
     """
+    source, was = lock_of_ours(server)
+    if source != host:
+        return False, None
+    return True, was
+
+
+def lock_of_ours(server: model.Server) -> tuple[str | None, str | None]:
+    """(the host it was evacuated from, status before) of a lock of ours.
+
+    (None, None) when ``server`` is not locked by us (not locked, or
+    locked with a reason that is not ours, or with none).
+    """
     if not server.locked:
-        return False, None
+        return None, None
     m = _LOCK_RE.match(server.locked_reason or '')
-    if not m or m.group('host') != host:
-        return False, None
-    return True, m.group('was')
+    if not m:
+        return None, None
+    return m.group('host'), m.group('was')
+
+
+def restore_status(cloud: ports.CloudPort, server: model.Server,
+                   want: str | None) -> str | None:
+    """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
+
+    ``server`` as Nova reports it after its rebuild; ``want`` its status
+    before. Nova (microversion 2.94) stops a rebuilt SHUTOFF server
+    itself; a retried one was ERROR when evacuated and comes back ACTIVE.
+    Returns the status restored, None when nothing was to be done.
+    """
+    if want == 'ERROR' and server.status != 'ERROR':
+        cloud.reset_server_state(server.id, 'error')
+    elif want == 'SHUTOFF' and server.status == 'ACTIVE':
+        cloud.stop_server(server.id)
+    else:
+        return None
+    return want
 
 
 #: How long one reading proves a host off (see :class:`ports.PowerProof`).
@@ -174,8 +204,9 @@ class InstanceTask:
     #: tell how long a rebuild takes; a resumed one's do not).
     timed: bool = False
     locked_by_us: bool = False
-    #: Resumed without knowing whether we locked it: unlock only if Nova
-    #: says it is locked.
+    #: Not known whether we locked it (resumed after a restart, or a lock
+    #: call Nova did not answer): unlocked only if Nova's lock reason
+    #: says the lock is ours.
     verify_lock: bool = False
     #: Locked by someone else before we started: left exactly as it is.
     foreign_lock: bool = False
@@ -482,6 +513,8 @@ class EvacuationJob:
     def _unlock(self, env, task: InstanceTask) -> None:
         if not task.locked_by_us:
             return
+        if task.verify_lock and not self._ours_now(env, task):
+            return
         try:
             env.cloud.set_server_lock(task.server_id, False)
         except exceptions.CloudError as exc:
@@ -489,6 +522,26 @@ class EvacuationJob:
                 raise
         task.locked_by_us = False
         self._emit(env, events.SERVER_UNLOCKED, server=task.server_id)
+
+    def _ours_now(self, env, task: InstanceTask) -> bool:
+        """Whether Nova says ``task``'s instance carries a lock of ours.
+
+        Read only when that is not known (``verify_lock``); afterwards it
+        is: ours, someone else's (left exactly as it is), or none.
+        """
+        try:
+            server = env.cloud.get_server(task.server_id)
+        except exceptions.CloudError as exc:
+            if getattr(exc, 'status', None) != 404:
+                raise
+            server = None
+        ours, was = (our_lock(server, self.host) if server is not None
+                     else (False, None))
+        task.locked_by_us, task.verify_lock = ours, False
+        task.foreign_lock = bool(server is not None and server.locked and
+                                 not ours)
+        task.original_status = task.original_status or was
+        return ours
 
     def _give_up(self, env, task: InstanceTask, reason: str) -> None:
         task.state = TaskState.FAILED
@@ -551,17 +604,9 @@ class EvacuationJob:
 
     def _restore_power_state(self, env, task,
                              server: model.Server) -> str | None:
-        """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
-
-        Nova (microversion 2.94) stops a rebuilt SHUTOFF server itself; a
-        retried one was ERROR when evacuated and comes back ACTIVE.
-        """
-        want = task.original_status
-        if want == 'ERROR' and server.status != 'ERROR':
-            env.cloud.reset_server_state(task.server_id, 'error')
-        elif want == 'SHUTOFF' and server.status == 'ACTIVE':
-            env.cloud.stop_server(task.server_id)
-        else:
+        """Restore the status ``task``'s instance had (see restore_status)."""
+        want = restore_status(env.cloud, server, task.original_status)
+        if want is None:
             return None
         self._emit(env, events.POWER_STATE_RESTORED, server=task.server_id,
                    status=want)
@@ -696,6 +741,7 @@ class EvacuationJob:
                 task.locked_by_us = ours or (server.locked and
                                              server.locked_reason is None)
                 task.original_status = task.original_status or was
+                task.verify_lock = False
             self._done(env, task, server)
             return
         task.current = None
@@ -777,10 +823,22 @@ class EvacuationJob:
     def _start(self, env, task: InstanceTask, snapshot,
                choose: Callable[[InstanceTask], str | None] | None = None
                ) -> None:
+        if (self._locks(task) and task.verify_lock and
+                self._ours_now(env, task)):
+            self._emit(env, events.SERVER_LOCKED, server=task.server_id,
+                       confirmed='Nova carried out the unanswered call')
         if (self._locks(task) and not task.locked_by_us and
                 not task.foreign_lock):
-            env.cloud.set_server_lock(task.server_id, True, lock_reason(
-                self.host, task.original_status))
+            try:
+                env.cloud.set_server_lock(task.server_id, True, lock_reason(
+                    self.host, task.original_status))
+            except exceptions.CloudError as exc:
+                if nova_failed(exc):
+                    # Nova may have locked it: should the task end before
+                    # a lock call is answered, it is unlocked if Nova's
+                    # lock reason says the lock is ours.
+                    task.locked_by_us = task.verify_lock = True
+                raise
             task.locked_by_us = True
             self._emit(env, events.SERVER_LOCKED, server=task.server_id)
         if choose is not None:

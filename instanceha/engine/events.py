@@ -54,8 +54,11 @@ Names (``host`` is set on all but the cycle-level ones):
 ``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (retries
                           used up: an operator must act)
 ``forced_down_cleared``   a recovered host may report ``up`` again
-``server_locked``         ``server``
-``server_unlocked``       ``server``
+``server_locked``         ``server``; ``confirmed`` when a lock call Nova
+                          did not answer is found carried out
+``server_unlocked``       ``server``; ``found`` (why it was looked for)
+                          when the lock was left by an earlier copy
+                          (see :mod:`instanceha.engine.locks`)
 ``power_state_restored``  ``server``, ``status`` (SHUTOFF or ERROR)
 ``host_failed_pending``   each cycle for a host marked FAILED: ``action``
 ``recovery_held``         every poll while ``[DEFAULT] disabled = true``

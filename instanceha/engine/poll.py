@@ -426,6 +426,10 @@ class Poll(tick.Plumbing):
             self._aftercare[wf.host] = dataclasses.replace(
                 wf, future=None, on_done=None)
             wf.job = None
+        else:
+            # No job to watch its rebuilds (none begun since a restart):
+            # our locks on its instances are looked for in Nova.
+            self._locks.want('host taken by an operator')
         if wf.spare:
             self.drivers.reservation.forget(wf.spare)
         self._transition(wf, S.HEALTHY, reason=(

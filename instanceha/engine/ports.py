@@ -226,6 +226,15 @@ class CloudPort(abc.ABC):
         return tuple(s for s in self.snapshot().servers
                      if s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
 
+    def locked_servers(self) -> tuple[model.Server, ...]:
+        """Every locked server of the cloud, with its lock reason.
+
+        Read rarely (see :mod:`instanceha.engine.locks`): when a copy
+        gains leadership and when an operator takes a host. This default
+        lists every server.
+        """
+        return tuple(s for s in self.snapshot().servers if s.locked)
+
     #: Calls made to the cloud so far (for benchmarks and tests).
     api_calls: int = 0
 
@@ -692,6 +701,7 @@ class GuardedCloud(_Wrapper, CloudPort):
     action_errors = _read('action_errors')
     server_actions = _read('server_actions')
     stopped_servers = _read('stopped_servers')
+    locked_servers = _read('locked_servers')
     start_server = _guarded('start_server',
                             lambda server_id: 'start %s' % server_id)
     live_migrate = _guarded(
@@ -734,7 +744,8 @@ READ_ONLY = {
     CloudPort: frozenset({'snapshot', 'read_services', 'get_server',
                           'changed_servers', 'migrations',
                           'action_errors', 'host_vcpus',
-                          'server_actions', 'stopped_servers'}),
+                          'server_actions', 'stopped_servers',
+                          'locked_servers'}),
     Fencer: frozenset({'configured', 'power_state'}),
 }
 

@@ -58,6 +58,7 @@ import dataclasses
 from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import instance_failure
+from instanceha.engine import locks
 from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import poll
@@ -111,6 +112,8 @@ class Engine(poll.Poll, steps.Steps):
         self._grants: dict[str, int] = {}
         self._next_poll: float | None = None
         self._leader: bool | None = None
+        #: Monotonic time this copy last began to lead (None: not leading).
+        self._leader_since: float | None = None
         #: The latest cycle read Nova (its plan is current).
         self._fresh = False
         self._stopping = False
@@ -143,6 +146,8 @@ class Engine(poll.Poll, steps.Steps):
         #: Crashed instances (its own timer, every poll).
         self._instances = instance_failure.InstanceFailures(conf, drivers,
                                                             self.env)
+        #: Our locks an earlier copy left on hosts nobody adopted.
+        self._locks = locks.LockSweep(conf, self.env)
 
     def host_states(self) -> dict[str, HostState]:
         """Every host in a workflow and its state, sorted by host."""
@@ -173,8 +178,14 @@ class Engine(poll.Poll, steps.Steps):
         leader = self._check_leadership()
         now = self.env.clock.monotonic()
         if not leader:
+            self._leader_since = None
             self._harvest(apply=False)
             return
+        if self._leader_since is None:
+            # Leading from here on (a start, or leadership gained): look
+            # for locks a copy before us left behind.
+            self._leader_since = now
+            self._locks.want('leadership gained')
         # Results of the jobs finished before the services read only: the
         # read is newer than every write whose result is applied, and the
         # steps submitted from here on write on its strength (see
@@ -198,6 +209,9 @@ class Engine(poll.Poll, steps.Steps):
                                      self._services_tell_all())
         if self.conf.disabled:
             return
+        if self._fresh:
+            # After a full read adopted every host whose marker is ours.
+            self._locks.tick(now, self._in_hands)
         # Not while Nova cannot be read (the latest cycle failed).
         self._instances.tick(now, self.snapshot if self._fresh else None,
                              self.plan,
@@ -205,6 +219,10 @@ class Engine(poll.Poll, steps.Steps):
                              self.env.clock.now(),
                              paused=self._paused_now)
         self._advance()
+
+    def _in_hands(self, host: str) -> bool:
+        """Whether a workflow of ours (or its aftercare) holds ``host``."""
+        return host in self._workflows or host in self._aftercare
 
     def _paused_now(self) -> bool:
         """Read the operator's pause now (not only at full reads)."""

@@ -300,6 +300,15 @@ class SimCloud(ports.CloudPort):
                      if s.host is not None and
                      s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
 
+    def locked_servers(self) -> tuple[model.Server, ...]:
+        w = self.world
+        self._call()  # one listing: locked=true
+        self._faults('locked', 'list locked servers', any_too=False)
+        found = tuple(w.server_model(s) for s in w.servers.values()
+                      if s.locked)
+        self._call(max(1, math.ceil(len(found) / PAGE)) - 1)
+        return found
+
     def reset_server_state(self, server_id: str, state: str) -> None:
         self._call()
         self._faults('reset_state', 'reset-state %s' % server_id)

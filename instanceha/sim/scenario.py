@@ -336,7 +336,9 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
             image_id=image, task_state=spec.get('task_state'),
             metadata={str(k): str(v) for k, v in
                       (spec.get('metadata') or {}).items()},
-            locked=bool(spec.get('locked', False))))
+            locked=bool(spec.get('locked', False)),
+            locked_reason=(str(spec['locked_reason'])
+                           if spec.get('locked_reason') else None)))
     for spec in state.get('migrations') or []:
         _add_migration(w, spec)
     return w

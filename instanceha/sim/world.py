@@ -67,7 +67,8 @@ BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
               'get_server', 'lock', 'stop', 'reset_state', 'live_migrate',
               'cold_migrate', 'confirm_resize', 'metadata', 'any',
-              'services', 'capacity', 'start', 'actions', 'stopped')
+              'services', 'capacity', 'start', 'actions', 'stopped',
+              'locked')
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
 NOVA_ERRORS = ('500', '503', 'timeout', '409')

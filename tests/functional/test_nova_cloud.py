@@ -29,6 +29,7 @@ import testtools
 
 from instanceha.cloud import nova
 from instanceha import conf as ha_conf
+from instanceha.engine import evacuation
 from instanceha.engine import model
 from instanceha.engine import states
 from instanceha import exceptions
@@ -171,6 +172,27 @@ class TestNovaCloudStub(testtools.TestCase):
         self.assertEqual(sorted(s.id for s in found),
                          sorted(s.id for s in paged))
         self.assertEqual(4, self.cloud.api_calls)  # 1 + 1 + 1 + empty
+
+    def test_locked_servers_one_listing_with_their_reasons(self):
+        # What the sweep of our left-behind locks reads: Nova's locked
+        # filter (2.73+), every tenant, each server's lock reason.
+        client = self.peer.client()
+        free, ours, users = self.peer.create_servers(
+            3, host='host1', name='lk', client=client)
+        self.cloud.set_server_lock(ours.id, True, reason=(
+            evacuation.lock_reason('host9', 'SHUTOFF')))
+        self.cloud.set_server_lock(users.id, True)
+        self.cloud.api_calls = 0
+        found = {s.id: s for s in self.cloud.locked_servers()}
+        self.assertEqual(1, self.cloud.api_calls)
+        self.assertEqual(
+            {ours.id: 'instanceha: evacuating from host9 (was SHUTOFF)',
+             users.id: None},
+            {k: s.locked_reason for k, s in found.items()})
+        self.assertEqual(('host9', 'SHUTOFF'),
+                         evacuation.lock_of_ours(found[ours.id]))
+        self.assertEqual((None, None),
+                         evacuation.lock_of_ours(found[users.id]))
 
     def test_recovery_calls_round_trip(self):
         (srv,) = self.peer.create_servers(1, host='host1')

@@ -77,10 +77,30 @@ SHUTDOWN_BASES = (
     'process-failure-operator-enables',
 )
 
+#: An operator takes the host at every state of its recovery: a copy
+#: started after that finds no marker of ours to adopt, only our lock
+#: reasons on the instances (their rebuilds may still run). Left out:
+#: operator-disables-during-marker-retry and the lock-answer-lost and
+#: evacuate-unanswered cases, whose outcome depends on whether the
+#: operator acts before or after a step a restart delays.
+OPERATOR_BASES = (
+    'operator-disables-mid-fencing',
+    'operator-disables-as-fence-ends',
+    'operator-disables-mid-evacuation',
+    'operator-disables-while-retry-waits',
+    'operator-disables-as-rebuilds-end',
+    'operator-takes-host-then-crash',
+    'operator-takes-host-then-crash-fire-and-forget',
+    'operator-takes-host-then-crash-restores-status',
+    'operator-takes-host-rebuild-fails-while-down',
+    'stale-lock-of-ours-at-start',
+)
+
 #: Bases run again with instances locked only when their status must be
 #: restored (the default): the lock's reason is then the only record
 #: of that status across a restart.
-DEFAULT_LOCKING = ('r10-evacuable-states', 'nova-evacuate-timeout')
+DEFAULT_LOCKING = ('r10-evacuable-states', 'nova-evacuate-timeout',
+                   'operator-disables-as-rebuilds-end')
 
 #: Seconds between the crash (or stop) and the start.
 DOWN_FOR = 5.0
@@ -185,7 +205,7 @@ def _make_test(base: str, how: str, locking: bool = False):
     return test
 
 
-for _base in BASES + SHUTDOWN_BASES:
+for _base in BASES + SHUTDOWN_BASES + OPERATOR_BASES:
     for _how in ('crash', 'restart'):
         setattr(TestRestartEverywhere, 'test_%s_%s' % (
             _how, _base.replace('-', '_')), _make_test(_base, _how))
