@@ -149,6 +149,7 @@ class Poll(tick.Plumbing):
         if wf.state not in workflow.NEEDS_SERVERS:
             return False
         return (wf.state in workflow.NEEDS_FRESH_PLAN or
+                workflow.awaits_fence(wf) or
                 (wf.resumed and wf.job is None))
 
     def _services_this_tick(self) -> model.Snapshot | None:
@@ -171,8 +172,8 @@ class Poll(tick.Plumbing):
             # stale now (a mass failure may be under way): they wait for a
             # cycle that reads Nova again (see _advance).
             self._fresh = False
-            held = tuple(h for h in sorted(self._workflows)
-                         if self._workflows[h].state in workflow.NEEDS_FRESH_PLAN)
+            held = tuple(h for h, wf in sorted(self._workflows.items())
+                         if workflow.awaits_fence(wf))
             details = {'held': held} if held else {}
             self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
             return
@@ -189,10 +190,14 @@ class Poll(tick.Plumbing):
         now = self.env.clock.now()
         if not self.conf.disabled:
             self._adopt(snapshot)
-        # Hosts in suspect or fence_failed are judged again every cycle (a
+        # Hosts not fenced yet (suspect, fencing with no power-off under
+        # way: a kdump wait, fence_failed) are judged again every cycle (a
         # host back up, or a gate now blocking, ends their workflow); the
         # planner knows they were started already (per-cycle cap).
-        recovering = {h: wf.state for h, wf in self._workflows.items()}
+        # (A kdump wait is judged like a suspect host: see awaits_fence.)
+        recovering = {h: S.SUSPECT if workflow.awaits_fence(wf) and
+                      wf.state is S.FENCING else wf.state
+                      for h, wf in self._workflows.items()}
         plan = self._plan(snapshot, now, recovering)
         if not self.conf.disabled:  # an operator's pause holds new work
             plan = self.pause.apply(plan)
@@ -216,7 +221,7 @@ class Poll(tick.Plumbing):
                                  reason='; '.join(to_recover[host].reasons))
         for host in sorted(self._workflows):
             wf = self._workflows[host]
-            if wf.state in (S.SUSPECT, S.FENCE_FAILED) and wf.future is None:
+            if workflow.awaits_fence(wf):
                 if host not in to_recover:
                     decision = plan.decision(host)
                     why = ('; '.join(decision.reasons) if decision else
@@ -236,7 +241,8 @@ class Poll(tick.Plumbing):
                     'its nova-compute service is no longer listed by Nova '
                     '(deleted); nothing left to recover'))
                 continue
-            if wf.state is S.FENCE_FAILED:
+            if (wf.state is S.FENCE_FAILED
+                    and wf.retry_at > self.env.clock.monotonic()):
                 self._emit(events.FENCE_PENDING, host, attempts=wf.attempts,
                            retry_in=int(max(0, wf.retry_at -
                                             self.env.clock.monotonic())),

@@ -73,7 +73,6 @@ from instanceha.engine import workflow
 from instanceha.engine.workflow import BUSY_STATES  # noqa: F401
 from instanceha.engine.workflow import HostWorkflow
 from instanceha.engine.workflow import MIGRATION_SLACK  # noqa: F401
-from instanceha.engine.workflow import NEEDS_FRESH_PLAN
 from instanceha.engine.workflow import new_recovery_id  # noqa: F401
 from instanceha.engine.workflow import operator_action  # noqa: F401
 from instanceha.engine.workflow import OPERATOR_STEPS  # noqa: F401
@@ -116,6 +115,11 @@ class Engine(poll.Poll, steps.Steps):
         self._leader_since: float | None = None
         #: The latest cycle read Nova (its plan is current).
         self._fresh = False
+        #: Ticks so far, and the tick of the latest cycle that read Nova:
+        #: a power-off starts only in the tick of such a cycle (see
+        #: Steps._judged_now).
+        self._ticks = 0
+        self._judged_tick: int | None = None
         self._stopping = False
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
@@ -186,6 +190,7 @@ class Engine(poll.Poll, steps.Steps):
             # for locks a copy before us left behind.
             self._leader_since = now
             self._locks.want('leadership gained')
+        self._ticks += 1
         # Results of the jobs finished before the services read only: the
         # read is newer than every write whose result is applied, and the
         # steps submitted from here on write on its strength (see
@@ -198,10 +203,15 @@ class Engine(poll.Poll, steps.Steps):
         # is made again as soon as they have answered.
         answered = self.plan is not None and getattr(
             self.plan, 'answered', False)
-        if self._full_read_due(now, answered):
-            self._next_poll = now + self.conf.poll
+        # (Not while Nova cannot be read: the hosts wait for the poll.)
+        judge = self._fresh and self._power_off_due(now)
+        if self._full_read_due(now, answered or judge):
+            if not judge or self._next_poll is None or now >= self._next_poll:
+                # (A read only to judge a power-off keeps the poll's phase.)
+                self._next_poll = now + self.conf.poll
             self._cycle()
             if self._fresh:
+                self._judged_tick = self._ticks
                 seen = watch.attention(self.snapshot, self.env.clock.now(),
                                        self.conf.delta, skip=self._workflows)
                 self._watch.seen = seen
@@ -223,6 +233,30 @@ class Engine(poll.Poll, steps.Steps):
     def _in_hands(self, host: str) -> bool:
         """Whether a workflow of ours (or its aftercare) holds ``host``."""
         return host in self._workflows or host in self._aftercare
+
+    def _power_off_due(self, now: float) -> bool:
+        """Whether a host not yet fenced is to be powered off this tick.
+
+        A power-off is started only on a plan made in the same tick: a
+        wait before it (a first kdump message awaited, a fencing retry
+        backing off, workers all busy) leaves the latest plan up to a
+        poll old, and the host may have come back meanwhile (its
+        heartbeat heard again: only cut off, not dead). Such a tick reads
+        Nova in full and judges the host again first.
+        """
+        busy = sum(1 for wf in self._workflows.values()
+                   if wf.state in workflow.BUSY_STATES)
+        for wf in self._workflows.values():
+            if wf.future is not None or now < wf.retry_at:
+                continue
+            if wf.state is S.FENCE_FAILED:
+                return True
+            if wf.state is S.SUSPECT and busy < self.conf.workers:
+                return True
+            if wf.state is S.FENCING and (wf.kdump_deadline is None or
+                                          now >= wf.kdump_deadline):
+                return True
+        return False
 
     def _paused_now(self) -> bool:
         """Read the operator's pause now (not only at full reads)."""
@@ -271,7 +305,7 @@ class Engine(poll.Poll, steps.Steps):
             wf = self._workflows.get(host)
             if wf is None or wf.future is not None or now < wf.retry_at:
                 continue
-            if wf.state in NEEDS_FRESH_PLAN and not self._fresh:
+            if workflow.awaits_fence(wf) and not self._fresh:
                 continue  # judged on data Nova could not refresh
             if wf.state is S.SUSPECT:
                 if busy >= self.conf.workers:

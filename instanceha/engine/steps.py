@@ -71,6 +71,8 @@ class Steps(tick.Plumbing):
                 return
             if clock.monotonic() < wf.kdump_deadline:
                 return
+        if not self._judged_now():
+            return  # judged again at this tick's read first
         fencer = self.env.fencer
         host = wf.host
 
@@ -88,6 +90,17 @@ class Steps(tick.Plumbing):
 
         self._submit(wf, self._catching(fence, exceptions.FencingError),
                      done)
+
+    def _judged_now(self) -> bool:
+        """Whether this tick read Nova and judged every failed host again.
+
+        The rule of every power-off: the host is fenced only on the
+        strength of a plan made in the same tick (see
+        :meth:`instanceha.engine.recovery.Engine._power_off_due`, which
+        asks for that read). A host no longer judged failed by then has
+        left its workflow already.
+        """
+        return self._judged_tick == self._ticks
 
     def _fenced(self, wf: HostWorkflow, result) -> None:
         if isinstance(result, Exception):

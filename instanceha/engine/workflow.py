@@ -165,3 +165,16 @@ class HostWorkflow:
     #: The skew between our clock and Nova's when ``since`` was read from
     #: our clock, or converted to it from a marker (None: unknown).
     since_skew: float | None = None
+
+
+def awaits_fence(wf: HostWorkflow) -> bool:
+    """Whether ``wf``'s host is to be fenced and no power-off is under way.
+
+    Suspect, fence_failed, and fencing while a first kdump message is
+    awaited (no job yet): each read of Nova judges such a host again like
+    a failed host not yet started (a host back, or a gate now refusing,
+    ends its workflow), and it is powered off only on a plan made in the
+    same tick. A fence job under way is never called back.
+    """
+    return wf.future is None and (wf.state in NEEDS_FRESH_PLAN or
+                                  wf.state is S.FENCING)
