@@ -78,6 +78,28 @@ class Poll(tick.Plumbing):
         self.snapshot = dataclasses.replace(
             self.snapshot, services=snap.services,
             taken_at=snap.taken_at, clock_skew=snap.clock_skew)
+        self._taken_over(snap)
+
+    def _taken_over(self, snap: model.Snapshot) -> None:
+        """Hand over at once the hosts an operator took since the poll.
+
+        The services read shows an operator's reason within a second;
+        waiting for the next full read would let the steps taken in
+        between go on (a fence retried, new evacuations, a power-on) on
+        a host that is no longer ours. A host whose job is running is
+        handed over at the read after it ended.
+        """
+        for host in sorted(self._workflows):
+            wf = self._workflows.get(host)
+            svc = snap.service(host)
+            why = workflow.operators_reason(svc)
+            if wf is None or why is None or wf.future is not None:
+                continue
+            if wf.state in workflow.NEEDS_FRESH_PLAN:
+                self._hand_over(wf, why)  # not fenced (again)
+            else:
+                self._handed_back(wf, svc, marker_mod.Marker.parse(
+                    svc.disabled_reason))
 
     def _full_read_due(self, mono: float, answered: bool) -> bool:
         """Is a full read needed now (after :meth:`_read_services`)?
@@ -432,7 +454,7 @@ class Poll(tick.Plumbing):
             self._aftercare[wf.host] = dataclasses.replace(
                 wf, future=None, on_done=None)
             wf.job = None
-        else:
+        elif wf.state is S.EVACUATING:
             # No job to watch its rebuilds (none begun since a restart):
             # our locks on its instances are looked for in Nova.
             self._locks.want('host taken by an operator')
