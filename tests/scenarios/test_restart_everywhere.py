@@ -94,6 +94,7 @@ OPERATOR_BASES = (
     'operator-takes-host-then-crash-restores-status',
     'operator-takes-host-rebuild-fails-while-down',
     'stale-lock-of-ours-at-start',
+    'shutdown-failover-operator-takes-host-then-crash',
 )
 
 #: Bases run again with instances locked only when their status must be
