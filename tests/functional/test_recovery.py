@@ -568,7 +568,15 @@ class TestService(RecoveryTestBase):
     def test_sigterm_stops_cleanly(self):
         cloud = self.cloud()
         proc = self.start_service(cloud)
-        time.sleep(3)
+        # Not a fixed sleep: on a loaded machine the imports alone may
+        # take longer, and a SIGTERM before the handler is installed
+        # kills the process (exit -15), which is not what is tested.
+        log = os.path.join(cloud.dir, 'service.log')
+
+        def running():
+            with open(log, errors='replace') as f:
+                return 'instanceha-service running' in f.read()
+        wait_for(running, 60, 'the service running')
         self.assertIsNone(proc.poll())
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(0, proc.wait(30))
