@@ -559,7 +559,7 @@ class Steps(tick.Plumbing):
             result, cleared = result
             self._transition(wf, S.WAITING_UP, level=result.level)
             if cleared:
-                wf.cleared_at = self.env.clock.now()
+                wf.cleared_at = self._nova_now()
                 self._emit(events.FORCED_DOWN_CLEARED, wf.host)
 
         self._submit(wf, self._catching(power_on, exceptions.FencingError),
@@ -585,7 +585,9 @@ class Steps(tick.Plumbing):
         if svc is None:
             return
         if wf.up_after is None:
-            wf.up_after = wf.entered
+            # On Nova's clock, that of the heartbeats it is compared with
+            # (ours may be stepped while the host boots).
+            wf.up_after = self.snapshot.nova_now(wf.entered)
         if wf.cleared_at is None and self._unforce_refused:
             # This Nova clears forced_down only once the host's
             # nova-compute has started again (it completes the evacuation
@@ -596,7 +598,7 @@ class Steps(tick.Plumbing):
                 self._transition(wf, S.ENABLING, forced_down=True)
                 self._step_enabling(wf)
             elif not svc.forced_down:
-                wf.cleared_at = self.env.clock.now()  # cleared by someone
+                wf.cleared_at = self._nova_now()  # cleared by someone
             return
         if wf.cleared_at is None:
             # We forced it down ourselves: clear it now (idempotent, also
@@ -611,7 +613,7 @@ class Steps(tick.Plumbing):
 
             def done(exc):
                 if exc is None:
-                    wf.cleared_at = self.env.clock.now()
+                    wf.cleared_at = self._nova_now()
                     self._emit(events.FORCED_DOWN_CLEARED, wf.host)
                 else:
                     self._refused_unforce(wf, exc)
@@ -620,7 +622,7 @@ class Steps(tick.Plumbing):
 
             self._submit(wf, clear, done)
             return
-        if self.snapshot.taken_at < wf.cleared_at:
+        if self.snapshot.nova_now(self.snapshot.taken_at) < wf.cleared_at:
             return  # read before the clear: it proves nothing
         if svc.forced_down:
             wf.cleared_at = None  # forced down again since: clear again
@@ -636,9 +638,16 @@ class Steps(tick.Plumbing):
 
     def _heartbeat_since(self, svc: model.Service,
                          when: datetime.datetime) -> bool:
-        """Whether ``svc`` reported after ``when`` (our clock), by Nova's."""
-        return (svc.updated_at is not None and svc.updated_at >
-                self.snapshot.nova_now(when))
+        """Whether ``svc`` reported after ``when`` (Nova's clock)."""
+        return svc.updated_at is not None and svc.updated_at > when
+
+    def _nova_now(self) -> datetime.datetime:
+        """Now on Nova's clock, by the skew the latest read measured.
+
+        Times kept to be compared with later reads are kept on it: our
+        clock may be stepped in between, Nova's is not.
+        """
+        return self.snapshot.nova_now(self.env.clock.now())
 
     def _refused_unforce(self, wf: HostWorkflow,
                          exc: exceptions.CloudError) -> None:

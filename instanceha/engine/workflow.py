@@ -142,10 +142,11 @@ class HostWorkflow:
     progress: evacuation.Progress | None = None
     resumed: bool = False
     reason: str = ''
-    #: When forced_down was cleared (waiting_up); None: not yet.
+    #: When forced_down was cleared (waiting_up; Nova's clock); None: not
+    #: yet.
     cleared_at: datetime.datetime | None = None
     #: Only a heartbeat newer than this proves the host came back (the
-    #: power-on, or for a kdump host the end of its dump).
+    #: power-on, or for a kdump host the end of its dump; Nova's clock).
     up_after: datetime.datetime | None = None
     #: Steps in a row that raised (their retry backs off).
     step_errors: int = 0

@@ -54,6 +54,7 @@ BASES = (
     'clock-skew-ahead',
     'clock-skew-behind',
     'clock-stepped-back-mid-evacuation',
+    'clock-stepped-back-waiting-up',
 )
 
 #: Every state of each shutdown policy (freeze, failover, migrate, a
