@@ -161,6 +161,15 @@ def nova_failed(exc: exceptions.CloudError) -> bool:
     return status is None or status >= 500
 
 
+def run_calls(env: ports.Environment, calls: list[Callable[[], object]]
+              ) -> list[BaseException | None]:
+    """``env.executor.run_calls(calls)``: a job's independent calls."""
+    run = getattr(env.executor, 'run_calls', None)
+    if run is None:  # an executor from before run_calls
+        run = ports.Executor.run_calls.__get__(env.executor)
+    return run(calls)
+
+
 class TaskState(str, enum.Enum):
     PENDING = 'pending'
     IN_FLIGHT = 'in_flight'
@@ -308,6 +317,11 @@ class StepContext:
     #: This tick's listing of evacuation records, shared by every job
     #: (None: the job lists its own host's).
     listing: SharedListing | None = None
+    #: What must be in Nova before this step's first evacuate call (the
+    #: marker that forces the host down): run first, at the same time as
+    #: the step's reads (the records, the power proof), see
+    #: :meth:`EvacuationJob._prepare`. Its error ends the step.
+    prelude: Callable[[], None] | None = None
 
 
 class Policy(typing.Protocol):
@@ -932,6 +946,13 @@ class EvacuationJob:
             env.guard.check('evacuation step of %s' % self.host)
         records = None
         budget = ctx.budget
+        # A proof read in this step only: the fence's, or an earlier
+        # step's, says nothing about now (someone may have powered the
+        # host on since). The cloud port asks it before every evacuate.
+        proof = (ports.PowerProof(self.host, ctx.prove_off, env.clock)
+                 if ctx.prove_off is not None else None)
+        if ctx.prelude is not None:
+            self._prepare(env, ctx, proof)
         if not self._classified:
             records = self._records(env, ctx.snapshot, ctx.listing)
             self._classify(env, records, ctx.snapshot,
@@ -971,11 +992,6 @@ class EvacuationJob:
                     self._unlock(env, task)
             return self.progress()
         choose = self._placer(env, ctx.snapshot)
-        # A proof read in this step only: the fence's, or an earlier
-        # step's, says nothing about now (someone may have powered the
-        # host on since). The cloud port asks it before every evacuate.
-        proof = (ports.PowerProof(self.host, ctx.prove_off, env.clock)
-                 if ctx.prove_off is not None else None)
         batch: list[InstanceTask] = []
         if proof is not None and env.coordinator.is_leader():
             for task in self.strategy.ready(self._sorted()):
@@ -992,6 +1008,29 @@ class EvacuationJob:
             self._pace(now)  # the first rebuilds to look at
         self._record(ctx)
         return self.progress()
+
+    def _prepare(self, env, ctx: StepContext,
+                 proof: ports.PowerProof | None) -> None:
+        """Run ``ctx.prelude`` and warm this step's reads, all at once.
+
+        The prelude (a marker write) and the reads the step needs before
+        its first evacuate call (the records, the host's power) do not
+        depend on each other: made at the same time, the first call
+        waits for the slowest of them, not for their sum. The reads only
+        warm caches: the power reading still counts for ``PROOF_TTL``
+        from when it was made (read again should it be older, or not
+        prove the host off), the records are this step's listing. The
+        prelude's error ends the step (nothing is evacuated).
+        """
+        calls: list[Callable[[], object]] = [ctx.prelude]
+        if proof is not None and ctx.budget > 0:
+            # Not proven (or unreadable): the step reads again, says so.
+            calls.append(proof.require)
+        if ctx.listing is not None and not self._classified:
+            calls.append(ctx.listing)
+        errors = run_calls(env, calls)
+        if errors[0] is not None:
+            raise errors[0]
 
     def _start_all(self, env, ctx: StepContext, batch: list[InstanceTask],
                    proof: ports.PowerProof | None,
@@ -1022,11 +1061,7 @@ class EvacuationJob:
             with env.guard.proving(proof):
                 self._start(env, task, ctx.snapshot)
 
-        run = getattr(env.executor, 'run_calls', None)
-        calls = [lambda t=task: start(t) for task in batch]
-        if run is None:  # an executor from before run_calls
-            run = ports.Executor.run_calls.__get__(env.executor)
-        errors = run(calls)
+        errors = run_calls(env, [lambda t=task: start(t) for task in batch])
         for exc in errors:
             if exc is not None and not isinstance(exc, ports.PowerUnproven):
                 raise exc

@@ -446,6 +446,8 @@ class Poll(tick.Plumbing):
         enable). Rebuilds already running are watched to their end so
         that their instances are unlocked; nothing new is started.
         """
+        if wf.job is not None and wf.unmarked:
+            wf.job = None  # taken before its marker: nothing was started
         if wf.job is not None:
             wf.job.stop('left to the operator: %s' % why)
             # Always through aftercare, settled or not: its next step

@@ -197,6 +197,9 @@ class Engine(poll.Poll, steps.Steps):
         # Plumbing._current_service). A job finishing meanwhile waits for
         # the next tick.
         finished = self._finished()
+        # Made afresh by _advance: a step taken on a job's result before
+        # that lists its own records (see Steps._step_evacuation).
+        self._listing = None
         self._read_services(now)
         self._harvest(only=finished)
         # A plan that waited on gates (veto hooks asked on the executor)
@@ -314,6 +317,12 @@ class Engine(poll.Poll, steps.Steps):
             step = steps.STEPS.get(wf.state)
             if step is not None:
                 step(self, wf)
+        for host in sorted(self._workflows):
+            # Fenced in this loop (a live crash dump): evacuating at once.
+            wf = self._workflows[host]
+            if (wf.state is S.EVACUATING and wf.unmarked and
+                    wf.future is None and now >= wf.retry_at):
+                self._step_evacuation(wf)
         for host in sorted(self._aftercare):
             wf = self._aftercare[host]
             if wf.future is None:

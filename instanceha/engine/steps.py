@@ -128,42 +128,53 @@ class Steps(tick.Plumbing):
             self._step_fenced(wf)
 
     def _step_fenced(self, wf: HostWorkflow) -> None:
-        """Force down + disable with a marker, then reserve a spare.
+        """Force down + disable with a marker, reserve, evacuate.
 
-        One job (the marker, the reservation step, the marker saying
-        ``evacuating``); what it reserved is applied to the workflow in
-        the tick thread.
+        No job of its own, no tick in between: the marker (with a spare claimed:
+        the claim first, the spare enabled, then the marker saying
+        ``evacuating``) is the prelude of the first evacuation step, made
+        at the same time as that step's reads (its records, the host's
+        power) and before its first evacuate call (see
+        :meth:`_marking`). The workflow is evacuating from here on; until
+        the marker is in Nova, every step of it writes the marker first.
         """
         snapshot = self.snapshot
-        reservation = self.drivers.reservation
         if wf.since is None:
             wf.since_skew = (self.snapshot.clock_skew or 0.0
                              if self.snapshot is not None else None)
             wf.since = self.env.clock.now() - workflow.MIGRATION_SLACK
+        # The claim is an in-memory choice; it is in Nova (the fenced
+        # marker) before the spare is enabled, see _marking.
+        claimed = wf.spare or (self.drivers.reservation.claim(
+            wf.host, snapshot) if snapshot is not None else None)
+        wf.spare = claimed
+        wf.unmarked = True
+        if claimed:
+            self._emit(events.SPARE_CLAIMED, wf.host, spare=claimed)
+        self._transition(wf, S.EVACUATING, forced_down=True, spare=claimed)
+        # Its first step comes in this very tick (Engine._advance), with
+        # every other host fenced by now sharing the evacuation slots.
 
-        def mark():
-            # The claim is in Nova (the fenced marker) before the spare is
-            # enabled: a copy resuming in between enables the same spare,
-            # none is ever lost from the pool.
-            claimed = wf.spare or reservation.claim(wf.host, snapshot)
+    def _marking(self, wf: HostWorkflow) -> Callable[[], None]:
+        """The marker of an evacuation that begins (job thread).
+
+        The claim is in Nova (the fenced marker) before the spare is
+        enabled: a copy resuming in between enables the same spare, none
+        is ever lost from the pool. Without a spare, one write: forced
+        down, disabled, marked evacuating.
+        """
+        snapshot = self.snapshot
+
+        def mark() -> None:
+            claimed = wf.spare
             if claimed is not None:
                 self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
             spare = self._reserve(wf, snapshot)
-            # Without a claim to record first, one write: forced down,
-            # disabled, marked evacuating.
             self._mark(wf, S.EVACUATING, spare=spare, **(
                 {} if claimed is not None else {'forced_down': True}))
-            return spare
-
-        def done(spare):
-            wf.spare = spare
-            wf.spare_enabled = True
-            if spare:
-                self._emit(events.SPARE_CLAIMED, wf.host, spare=spare)
-            self._transition(wf, S.EVACUATING, forced_down=True,
-                             spare=spare)
-
-        self._submit(wf, mark, done)
+            wf.spare, wf.spare_enabled = spare, True
+            wf.unmarked = False
+        return mark
 
     def _reserve(self, wf: HostWorkflow,
                  snapshot: model.Snapshot | None) -> str | None:
@@ -266,13 +277,20 @@ class Steps(tick.Plumbing):
             wf.job.pace = self._rebuild_pace
         budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
+        prelude = (self._marking(wf) if wf.unmarked and not aftercare
+                   else None)
+        listing = self._listing
+        if listing is None or not listing.covers(wf.since):
+            # Stepped on a job's result, before this tick's listing.
+            listing = evacuation.SharedListing(self.env.cloud, wf.since)
         ctx = evacuation.StepContext(
             env=self.env, snapshot=self.snapshot, budget=budget,
             prove_off=None if aftercare else self._prover(wf),
             record=None if aftercare else (
                 lambda gave_up, stopped: self._record_give_ups(
                     wf, gave_up, stopped)),
-            gave_up=wf.gave_up, stopped=wf.stopped, listing=self._listing)
+            gave_up=wf.gave_up, stopped=wf.stopped, listing=listing,
+            prelude=prelude)
         job = wf.job
 
         def done(progress):

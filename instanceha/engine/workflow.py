@@ -156,6 +156,9 @@ class HostWorkflow:
     recovery: str = ''
     #: The spare (if any) was enabled by this copy.
     spare_enabled: bool = False
+    #: Evacuating, but the marker saying so (forced down) is not in Nova
+    #: yet: the next evacuation step writes it before any evacuate call.
+    unmarked: bool = False
     #: Instances given up (marker short ids): never evacuated again, also
     #: by a copy that resumes (they are in the marker).
     gave_up: tuple[str, ...] = ()
