@@ -174,11 +174,14 @@ class HostWorkflow:
 def awaits_fence(wf: HostWorkflow) -> bool:
     """Whether ``wf``'s host is to be fenced and no power-off is under way.
 
-    Suspect, fence_failed, and fencing while a first kdump message is
-    awaited (no job yet): each read of Nova judges such a host again like
-    a failed host not yet started (a host back, or a gate now refusing,
-    ends its workflow), and it is powered off only on a plan made in the
-    same tick. A fence job under way is never called back.
+    Suspect, fence_failed, and a first fencing while a first kdump
+    message is awaited (no job yet): each read of Nova judges such a host
+    again like a failed host not yet started (a host back, or a gate now
+    refusing, ends its workflow), and it is powered off only on a plan
+    made in the same tick. A fence job under way is never called back,
+    nor is a host fenced again (powered on mid-evacuation: ``since`` is
+    set once it was first fenced): its recovery is under way.
     """
-    return wf.future is None and (wf.state in NEEDS_FRESH_PLAN or
-                                  wf.state is S.FENCING)
+    return wf.future is None and (
+        wf.state in NEEDS_FRESH_PLAN or
+        (wf.state is S.FENCING and wf.since is None))
