@@ -53,6 +53,22 @@ def swept(rig) -> list[str]:
             if 'found' in d]
 
 
+def host1_evacuating(until: str):
+    """A rig whose host1 failed; its one instance locked and evacuated.
+
+    Smart evacuation, 30 s rebuilds; run until the instance's ``until``
+    attribute (``locked``, ``task_state``) is set.
+    """
+    rig = fakes.Rig(**{'evacuation.strategy': 'smart',
+                       'evacuation.lock_instances': True})
+    vm, = rig.cloud.boot('host1', 1)
+    rig.cloud.world.timing.rebuild_time = 30.0
+    rig.run(2)
+    rig.cloud.kill('host1')
+    rig.run_until(lambda: getattr(rig.cloud.servers[vm], until), 20)
+    return rig, vm
+
+
 class TestLockSweep(testtools.TestCase):
 
     def setUp(self):
@@ -86,13 +102,7 @@ class TestLockSweep(testtools.TestCase):
         # host1 fails, its instance is locked and evacuated (a 30 s
         # rebuild); an operator takes host1 and the service restarts
         # before it saw that: nothing is adopted, the lock is ours.
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
-                           'evacuation.lock_instances': True})
-        vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.world.timing.rebuild_time = 30.0
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run_until(lambda: rig.cloud.servers[vm].task_state, 20)
+        rig, vm = host1_evacuating('task_state')
         take_host(rig, 'host1')
         rig.restart()
         before = listings(rig)
@@ -158,13 +168,7 @@ class TestLockSweep(testtools.TestCase):
         # host1 fails and its instance is being evacuated: our lock on it
         # is its workflow's to take off, never the sweep's, whatever asks
         # for a sweep meanwhile.
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
-                           'evacuation.lock_instances': True})
-        vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.world.timing.rebuild_time = 30.0
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run_until(lambda: rig.cloud.servers[vm].locked, 20)
+        rig, vm = host1_evacuating('locked')
         self.assertIn('host1', rig.engine.host_states())
         rig.engine._locks.want('test')
         rig.run(3)
@@ -177,13 +181,7 @@ class TestLockSweep(testtools.TestCase):
         # A restarted copy adopts host1 (its marker) and an operator takes
         # host1 before its evacuation job began: no job watches the
         # rebuild, the sweep does.
-        rig = fakes.Rig(**{'evacuation.strategy': 'smart',
-                           'evacuation.lock_instances': True})
-        vm, = rig.cloud.boot('host1', 1)
-        rig.cloud.world.timing.rebuild_time = 30.0
-        rig.run(2)
-        rig.cloud.kill('host1')
-        rig.run_until(lambda: rig.cloud.servers[vm].task_state, 20)
+        rig, vm = host1_evacuating('task_state')
         rig.restart()
         wf = workflow.HostWorkflow(host='host1', state=workflow.S.EVACUATING,
                                    entered=rig.clock.now(),
