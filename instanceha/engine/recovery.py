@@ -237,6 +237,11 @@ class Engine(poll.Poll, steps.Steps):
         """Whether a workflow of ours (or its aftercare) holds ``host``."""
         return host in self._workflows or host in self._aftercare
 
+    def _busy(self) -> int:
+        """Workflows holding one of the ``workers`` recovery slots."""
+        return sum(1 for wf in self._workflows.values()
+                   if wf.state in workflow.BUSY_STATES)
+
     def _power_off_due(self, now: float) -> bool:
         """Whether a host not yet fenced is to be powered off this tick.
 
@@ -247,8 +252,7 @@ class Engine(poll.Poll, steps.Steps):
         heartbeat heard again: only cut off, not dead). Such a tick reads
         Nova in full and judges the host again first.
         """
-        busy = sum(1 for wf in self._workflows.values()
-                   if wf.state in workflow.BUSY_STATES)
+        busy = self._busy()
         for wf in self._workflows.values():
             if wf.future is not None or now < wf.retry_at:
                 continue
@@ -302,8 +306,7 @@ class Engine(poll.Poll, steps.Steps):
                  and wf.since is not None]
         self._listing = evacuation.SharedListing(self.env.cloud,
                                                  min(since, default=None))
-        busy = sum(1 for wf in self._workflows.values()
-                   if wf.state in workflow.BUSY_STATES)
+        busy = self._busy()
         for host in sorted(self._workflows):
             wf = self._workflows.get(host)
             if wf is None or wf.future is not None or now < wf.retry_at:
