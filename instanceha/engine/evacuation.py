@@ -62,6 +62,17 @@ MIGRATION_DONE = frozenset({'done', 'completed'})
 #: Seconds a job waits at most for the expected end of a rebuild before
 #: it lists the records again (see :meth:`EvacuationJob._pace`).
 CHECK_MAX = 10.0
+#: Seconds a rebuild is expected to take before one was seen ending
+#: (Nova's fake driver takes about two; a hypervisor that takes longer
+#: is looked at again with :data:`LATE_LOOK_MAX`'s back-off, and taught
+#: to :class:`RebuildPace` by the first rebuild seen ending).
+FIRST_LOOK = 2.0
+#: Rebuilds past their expected end are looked at again after 1, 2, 4
+#: ... seconds, at most this many.
+LATE_LOOK_MAX = 5.0
+#: A time-out is looked at this long after it expires, so that the look
+#: finds it expired (``>``), not a moment before.
+TICK_SLACK = 0.001
 
 
 class RebuildPace:
@@ -381,8 +392,19 @@ class EvacuationJob:
         #: When running rebuilds are next looked at (monotonic; None: at
         #: the next step), see :meth:`due`.
         self._next_check: float | None = None
+        #: Looks in a row at rebuilds all past their expected end.
+        self._late_looks = 0
         #: How long rebuilds take (the engine hands its shared one).
         self.pace = RebuildPace()
+        #: Set by the engine on the first job of a failure it fenced
+        #: itself (not resumed from a marker, not fenced again): no
+        #: evacuation of this failure can have started, so the instances
+        #: are classified from the servers listing alone (an instance
+        #: being rebuilt by someone else shows its task state there) and
+        #: Nova's records are first listed when rebuilds are expected to
+        #: end. Records of an earlier failure of the host, which the
+        #: listing at the start would show, are never this one's.
+        self.new_failure = False
 
     # -- helpers ----------------------------------------------------------
 
@@ -693,24 +715,41 @@ class EvacuationJob:
             return False
         return self._next_check is None or now >= self._next_check
 
-    def _pace(self, now: float) -> None:
+    def _pace(self, now: float, ended: bool = False) -> None:
         """When to look at the running rebuilds next.
 
         At the expected end of the earliest one (at most ``CHECK_MAX``
-        ahead) once rebuilds were seen ending (:class:`RebuildPace`);
-        every step (every tick) while none was, and once the expected
-        ends are past. A rebuild is never seen ending later than it
-        would be by looking every tick, unless it ends before it is
-        expected to.
+        ahead): the rebuild time :class:`RebuildPace` learned, or
+        ``FIRST_LOOK`` before one was seen ending. Rebuilds past their
+        expected end are looked at after 1, 2, 4 ... seconds (at most
+        ``LATE_LOOK_MAX``), from 1 again whenever a look saw one end
+        (``ended``): its siblings are likely close behind. So a rebuild
+        is seen ending at most ``LATE_LOOK_MAX`` seconds late, with a
+        few listings per failure instead of one per tick; a time-out
+        (``[evacuation] timeout``) is looked at when it expires.
         """
         running = [t for t in self.tasks.values()
                    if t.state is TaskState.IN_FLIGHT]
         took = self.pace.rebuild_time
+        if took is None:
+            took = FIRST_LOOK
         ends = [t.started + took for t in running
-                if took is not None and t.started is not None and
-                t.started + took > now]
-        self._next_check = (now + min(min(ends) - now, CHECK_MAX)
-                            if ends else None)
+                if t.started is not None and t.started + took > now]
+        if ended:
+            self._late_looks = 0
+        if ends:
+            wait = min(min(ends) - now, CHECK_MAX)
+        else:
+            wait = min(2.0 ** self._late_looks, LATE_LOOK_MAX)
+            self._late_looks += 1
+        timeout = self.strategy.timeout
+        # A rebuild's time-out is seen when it expires, not a wait late.
+        deadlines = [t.started + timeout + TICK_SLACK for t in running
+                     if timeout and t.started is not None and
+                     t.started + timeout + TICK_SLACK > now]
+        if deadlines:
+            wait = min(wait, min(deadlines) - now)
+        self._next_check = now + wait
 
     # -- one step ---------------------------------------------------------
 
@@ -954,8 +993,9 @@ class EvacuationJob:
         if ctx.prelude is not None:
             self._prepare(env, ctx, proof)
         if not self._classified:
-            records = self._records(env, ctx.snapshot, ctx.listing)
-            self._classify(env, records, ctx.snapshot,
+            if not self.new_failure:
+                records = self._records(env, ctx.snapshot, ctx.listing)
+            self._classify(env, records or {}, ctx.snapshot,
                            gave_up=ctx.gave_up, stopped=ctx.stopped)
             if self.strategy.tracks:
                 # Rebuilds found running (a resumed job) count against the
@@ -978,7 +1018,8 @@ class EvacuationJob:
                 self._check(env, task, records, ctx.snapshot, read)
             for task in unanswered:
                 self._reconcile(env, task, records)
-            self._pace(now)
+            self._pace(now, ended=any(t.state is not TaskState.IN_FLIGHT
+                                      for t in watching))
         self._stop_if_given_up(env)
         if self._stopped is None:
             self._record(ctx)
@@ -1026,7 +1067,8 @@ class EvacuationJob:
         if proof is not None and ctx.budget > 0:
             # Not proven (or unreadable): the step reads again, says so.
             calls.append(proof.require)
-        if ctx.listing is not None and not self._classified:
+        if (ctx.listing is not None and not self._classified and
+                not self.new_failure):
             calls.append(ctx.listing)
         errors = run_calls(env, calls)
         if errors[0] is not None:

@@ -143,6 +143,7 @@ class Steps(tick.Plumbing):
             wf.since_skew = (self.snapshot.clock_skew or 0.0
                              if self.snapshot is not None else None)
             wf.since = self.env.clock.now() - workflow.MIGRATION_SLACK
+            wf.first_job = True
         # The claim is an in-memory choice; it is in Nova (the fenced
         # marker) before the spare is enabled, see _marking.
         claimed = wf.spare or (self.drivers.reservation.claim(
@@ -267,14 +268,18 @@ class Steps(tick.Plumbing):
                 decision = self.plan.decision(wf.host)
                 if decision is not None:
                     servers = list(decision.servers)
+            new_failure, wf.first_job = wf.first_job, False
             wf.job = strategy.begin(
                 wf.host, servers,
                 target=self.drivers.reservation.evacuation_target(wf.spare),
-                since=wf.since)
+                since=(wf.since + workflow.MIGRATION_SLACK -
+                       workflow.NEW_FAILURE_SLACK if new_failure
+                       else wf.since))
             # The skew when wf.since was read from our clock (see
             # EvacuationJob._records).
             wf.job.since_skew = wf.since_skew
             wf.job.pace = self._rebuild_pace
+            wf.job.new_failure = new_failure
         budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
         prelude = (self._marking(wf) if wf.unmarked and not aftercare

@@ -35,6 +35,12 @@ S = HostState
 #: Nova's and our clocks may differ a little: migration records this much
 #: older than the fence time still count as ours.
 MIGRATION_SLACK = datetime.timedelta(seconds=120)
+#: The same for the first job of a failure this copy fenced itself: its
+#: records are made after the fence, so only the error of the measured
+#: skew (Nova's Date header has whole seconds) is allowed for. A wider
+#: slack would take the records of an earlier failure of the host (one
+#: that came back and failed again within two minutes) for this one's.
+NEW_FAILURE_SLACK = datetime.timedelta(seconds=5)
 
 
 #: States that hold one of the ``workers`` recovery slots.
@@ -138,6 +144,10 @@ class HostWorkflow:
     fence_level: int | None = None
     spare: str | None = None
     since: datetime.datetime | None = None
+    #: Fenced by this copy a moment ago, and no evacuation job begun for
+    #: it yet: nothing of this failure can have been evacuated, so its
+    #: first job classifies the instances without Nova's records.
+    first_job: bool = False
     job: evacuation.EvacuationJob | None = None
     progress: evacuation.Progress | None = None
     resumed: bool = False
