@@ -343,16 +343,23 @@ class NovaCloud(ports.CloudPort):
         unique = {s['id']: s for s in raw}
         return tuple(answers.server(s) for s in unique.values())
 
-    def stopped_servers(self) -> tuple[model.Server, ...]:
-        """SHUTOFF and VERIFY_RESIZE servers: one filtered listing.
+    def stopped_servers(self, since: datetime.datetime | None = None
+                        ) -> tuple[model.Server, ...]:
+        """SHUTOFF and VERIFY_RESIZE servers, or the changes since ``since``.
 
-        Nova takes the ``status`` filter repeated (``status=SHUTOFF&
-        status=VERIFY_RESIZE``, any of them) in one request.
+        Without ``since``: one filtered listing; Nova takes the ``status``
+        filter repeated (``status=SHUTOFF&status=VERIFY_RESIZE``, any of
+        them) in one request. With it: every server changed since then
+        (``changes-since``, no status filter, so that one that left those
+        states is listed too), deleted ones with the status ``DELETED``.
         """
-        raw = self._pages('list SHUTOFF and VERIFY_RESIZE servers',
-                          '/servers/detail', 'servers', 'servers_links',
-                          {'all_tenants': 1,
-                           'status': ['SHUTOFF', 'VERIFY_RESIZE']})
+        if since is not None:
+            raw = self._changes(since)
+        else:
+            raw = self._pages('list SHUTOFF and VERIFY_RESIZE servers',
+                              '/servers/detail', 'servers', 'servers_links',
+                              {'all_tenants': 1,
+                               'status': ['SHUTOFF', 'VERIFY_RESIZE']})
         found = {s['id']: answers.server(s) for s in raw}
         return tuple(found[k] for k in sorted(found))
 
@@ -545,6 +552,19 @@ class NovaCloud(ports.CloudPort):
                            self.nova.servers.get, server_id)
         return answers.server(found.to_dict())
 
+    def _changes(self, since: datetime.datetime) -> list[dict]:
+        """Servers changed since ``since`` (our clock), deleted ones too.
+
+        ``changes-since`` is compared with Nova's own clock: ``since`` is
+        moved by the measured skew. Nova lists the deleted servers a
+        changes-since listing covers (status DELETED).
+        """
+        return self._pages('list servers changed since %s' % _iso(since),
+                           '/servers/detail', 'servers', 'servers_links',
+                           {'all_tenants': 1, 'changes-since': _iso(
+                               since - datetime.timedelta(
+                                   seconds=self.clock_skew or 0))})
+
     def changed_servers(self, since: datetime.datetime
                         ) -> tuple[model.Server, ...]:
         """Servers changed since ``since`` (our clock): one listing.
@@ -552,12 +572,7 @@ class NovaCloud(ports.CloudPort):
         Nova lists deleted ones too (status DELETED): they are left out,
         so that reading one alone says 404.
         """
-        raw = self._pages('list servers changed since %s' % _iso(since),
-                          '/servers/detail', 'servers', 'servers_links',
-                          {'all_tenants': 1, 'changes-since': _iso(
-                              since - datetime.timedelta(
-                                  seconds=self.clock_skew or 0))})
-        unique = {s['id']: s for s in raw
+        unique = {s['id']: s for s in self._changes(since)
                   if (s.get('status') or '').upper() != 'DELETED'}
         return tuple(answers.server(s) for s in unique.values())
 

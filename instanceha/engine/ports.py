@@ -217,13 +217,22 @@ class CloudPort(abc.ABC):
         raise exceptions.CloudError('list actions of %s: this cloud cannot '
                                     'list instance actions' % server_id)
 
-    def stopped_servers(self) -> tuple[model.Server, ...]:
-        """Every server of the cloud that is SHUTOFF or VERIFY_RESIZE.
+    def stopped_servers(self, since: datetime.datetime | None = None
+                        ) -> tuple[model.Server, ...]:
+        """The servers the instance failure loop watches, in bulk.
 
-        What the instance failure loop watches every poll, without
-        listing the running majority. This default lists every server.
+        Without ``since``: every server of the cloud that is SHUTOFF or
+        VERIFY_RESIZE (not the running majority). With ``since`` (our
+        clock): what changed since then, to update such a listing: every
+        server Nova changed since ``since`` whatever its status, deleted
+        ones included with the status ``DELETED`` (Nova's
+        ``changes-since``). This default lists every server both ways (a
+        deleted one is then missing: it leaves at the next full listing).
         """
-        return tuple(s for s in self.snapshot().servers
+        servers = self.snapshot().servers
+        if since is not None:
+            return servers
+        return tuple(s for s in servers
                      if s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
 
     def locked_servers(self) -> tuple[model.Server, ...]:

@@ -203,15 +203,24 @@ class SimCloud(ports.CloudPort):
     def changed_servers(self, since: datetime.datetime
                         ) -> tuple[model.Server, ...]:
         """Nova's servers?changes-since: one listing (of pages)."""
-        w = self.world
         self._call()
         self._faults('get_server', 'list servers changed since %s'
                      % since.isoformat())
-        since -= datetime.timedelta(seconds=w.clock_skew)
-        found = tuple(w.server_model(s) for s in w.servers.values()
-                      if w.clock.at(s.changed_at) >= since)
+        found = self._changes(since)
         self._call(max(1, math.ceil(len(found) / PAGE)) - 1)
         return found
+
+    def _changes(self, since: datetime.datetime, deleted=()
+                 ) -> tuple[model.Server, ...]:
+        """The servers (and ``deleted``) changed since ``since``.
+
+        ``since`` is on our clock; Nova compares it with its own.
+        """
+        w = self.world
+        since -= datetime.timedelta(seconds=w.clock_skew)
+        return tuple(w.server_model(s) for s in itertools.chain(
+            w.servers.values(), deleted)
+            if w.clock.at(s.changed_at) >= since)
 
     def _migrations(self, server_id=None, source_host=None, since=None,
                     kind='evacuation'):
@@ -292,13 +301,25 @@ class SimCloud(ports.CloudPort):
             message='Error' if a.errors else None)
             for a in reversed(w.instance_actions.get(srv.id, []))]
 
-    def stopped_servers(self) -> tuple[model.Server, ...]:
-        self._call()  # one listing: status=SHUTOFF&status=VERIFY_RESIZE
-        self._faults('stopped', 'list stopped servers', any_too=False)
+    def stopped_servers(self, since: datetime.datetime | None = None
+                        ) -> tuple[model.Server, ...]:
+        """``status=SHUTOFF&status=VERIFY_RESIZE``, or ``changes-since``.
+
+        As Nova answers: pages of :data:`PAGE` servers; a changes-since
+        listing has every server changed since then whatever its status,
+        the deleted ones too (status DELETED).
+        """
         w = self.world
-        return tuple(w.server_model(s) for s in w.servers.values()
-                     if s.host is not None and
-                     s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
+        self._call()
+        self._faults('stopped', 'list stopped servers', any_too=False)
+        if since is None:
+            found = tuple(w.server_model(s) for s in w.servers.values()
+                          if s.host is not None and
+                          s.status in ('SHUTOFF', 'VERIFY_RESIZE'))
+        else:
+            found = self._changes(since, w.deleted_servers.values())
+        self._call(max(1, math.ceil(len(found) / PAGE)) - 1)
+        return found
 
     def locked_servers(self) -> tuple[model.Server, ...]:
         w = self.world

@@ -95,6 +95,26 @@ def user_power(world, name: str, on: bool) -> None:
     moves._record(world, srv, 'stop', user_id=USER)
 
 
+def user_delete(world, name: str) -> None:
+    """The instance's user deletes it.
+
+    Gone, but a ``changes-since`` listing still shows it (status DELETED).
+    """
+    srv = world.server(name)
+    if srv.task_state:
+        raise exceptions.ConfigurationError(
+            'delete-instance %s: it is %s' % (srv.name, srv.task_state))
+    moves._record(world, srv, 'delete', user_id=USER)
+    if srv.host is not None:
+        world.use(srv.host, -world.flavors[srv.flavor].vcpus)
+    srv.running_on.clear()
+    srv.status = 'DELETED'
+    world.crash_loops.pop(srv.id, None)
+    del world.servers[srv.id]
+    world.deleted_servers[srv.id] = srv
+    world._changed(srv)
+
+
 def api_start(world, server_id: str) -> None:
     """Nova's ``os-start`` as the service calls it."""
     srv = world.servers.get(server_id)

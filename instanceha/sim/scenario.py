@@ -76,6 +76,7 @@ COMMANDS = {
                        'times, default every start)'),
     'stop-instance': ('SERVER', 'the instance\'s user stops it'),
     'start-instance': ('SERVER', 'the instance\'s user starts it'),
+    'delete-instance': ('SERVER', 'the instance\'s user deletes it'),
     'bmc': ('DEVICE BEHAVIOUR', 'make a fencing device behave: %s'
             % ', '.join(sim_world.BEHAVIOURS)),
     'rebuild-fail': ('SERVER [on HOST] [times N]',

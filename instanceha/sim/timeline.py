@@ -123,7 +123,8 @@ class Timeline:
         elif name in ('stop-compute', 'start-compute'):
             need(1)
             w.set_compute(host, name == 'start-compute')
-        elif name in ('crash-instance', 'stop-instance', 'start-instance'):
+        elif name in ('crash-instance', 'stop-instance', 'start-instance',
+                      'delete-instance'):
             need(1)
             srv = w.server(a[0])
             host, details = srv.host, {'server': srv.name}
@@ -135,6 +136,8 @@ class Timeline:
                     details['loop'] = loop
                     details['times'] = times or 'always'
                 guests.crash(w, srv.name, loop, times)
+            elif name == 'delete-instance':
+                guests.user_delete(w, srv.name)
             else:
                 guests.user_power(w, srv.name, name == 'start-instance')
         elif name == 'bmc':

@@ -304,6 +304,9 @@ class World:
         #: Evacuation records appear in listings this long after the
         #: call (``nova delay-migrations``).
         self.migration_delay = 0.0
+        #: Servers their users deleted (``delete-instance``), by id: a
+        #: changes-since listing still shows them, as Nova does.
+        self.deleted_servers: dict[str, Server] = {}
         #: Hosts whose compute service record was deleted from Nova.
         self.deleted_services: set[str] = set()
         #: Seconds the instanceha machines' clock runs ahead of Nova's

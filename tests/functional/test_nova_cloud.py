@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from urllib import parse
 from wsgiref import simple_server
 
@@ -172,6 +173,46 @@ class TestNovaCloudStub(testtools.TestCase):
         self.assertEqual(sorted(s.id for s in found),
                          sorted(s.id for s in paged))
         self.assertEqual(4, self.cloud.api_calls)  # 1 + 1 + 1 + empty
+
+    def test_stopped_servers_changes_since(self):
+        # The instance failure loop's read between two full listings:
+        # every server Nova changed since then, whatever its status (one
+        # that left SHUTOFF too), deleted ones with the status DELETED;
+        # never the servers nobody touched.
+        client = self.peer.client()
+        started, deleted, tagged, stopped, untouched = \
+            self.peer.create_servers(5, host='host1', name='cs',
+                                     client=client)
+        for srv in (started, deleted, tagged):
+            client.servers.stop(srv.id)
+            self.peer.wait_for_server(srv.id, 'SHUTOFF', client=client)
+        # changes-since has whole seconds, compared with >=.
+        time.sleep(2.0)
+        since = datetime.datetime.now(datetime.timezone.utc)
+        client.servers.start(started.id)
+        self.peer.wait_for_server(started.id, 'ACTIVE', client=client)
+        client.servers.delete(deleted.id)
+        client.servers.stop(stopped.id)
+        self.peer.wait_for_server(stopped.id, 'SHUTOFF', client=client)
+        self.cloud.set_server_metadata(tagged.id, 'instanceha:failure',
+                                       'restarts=1')
+        deadline = time.monotonic() + 60
+        while any(s.id == deleted.id for s in client.servers.list()):
+            self.assertLess(time.monotonic(), deadline, 'not deleted')
+            time.sleep(0.5)
+        self.cloud.api_calls = 0
+        found = {s.id: s for s in self.cloud.stopped_servers(since)}
+        self.assertEqual(1, self.cloud.api_calls)
+        self.assertEqual('ACTIVE', found[started.id].status)
+        self.assertEqual('DELETED', found[deleted.id].status)
+        self.assertEqual('SHUTOFF', found[stopped.id].status)
+        self.assertNotIn(untouched.id, found)
+        # A metadata write alone is a change too: the record the loop
+        # writes on a server that stays SHUTOFF is listed back.
+        self.assertEqual('restarts=1',
+                         found[tagged.id].metadata['instanceha:failure'])
+        self.assertEqual({started.id, deleted.id, stopped.id, tagged.id},
+                         set(found))
 
     def test_locked_servers_one_listing_with_their_reasons(self):
         # What the sweep of our left-behind locks reads: Nova's locked
