@@ -31,8 +31,16 @@ Reported per size:
 Then, for every host healthy (100, 1,000, 5,000 and 20,000 hosts by
 default, ``--steady-hosts``), what the steady state costs Nova: calls and
 answer bytes per minute over ``--steady-minutes`` simulated minutes
-(after a first minute of start-up, not counted). The simulator ticks
-once a second, so it reads the services at most once a second.
+(after a first minute of start-up, not counted; the default 15 minutes
+hold one of the instance failure loop's periodic full listings of the
+stopped servers, ``[instance_failure] full_read_every``). A share of the
+instances (``--stopped``, 10 % by default) is SHUTOFF, as users keep
+them; the listings of the stopped servers (and of their changes) are
+also shown on their own, and the instance-action reads with which the
+loop judges each stopped instance once after a start (at most
+``action_reads_per_cycle`` a poll, so they go on for a while in a large
+cloud). The simulator ticks once a second, so it reads the services at
+most once a second.
 Bytes are estimated from the records each call returns, at the sizes
 measured on the functional tests' real Nova 34 (microversion 2.94, see
 :data:`RECORD_BYTES`), so they follow the calls the engine really makes.
@@ -69,10 +77,11 @@ END = 7200
 #: tests' Nova 34 at microversion 2.94 (4 computes, 12 servers with the
 #: embedded flavor): a compute service 238, a server 1,747 (``detail``),
 #: an aggregate 282, an evacuation record 450; plus about 20 bytes of
-#: envelope per answer. An image is counted like an aggregate.
+#: envelope per answer. An image is counted like an aggregate; an instance
+#: action (not measured) at the size of its eight fields, about 280.
 RECORD_BYTES = {model.Service: 238, model.Server: 1747,
                 model.Aggregate: 282, model.Migration: 450,
-                model.Image: 282}
+                model.Image: 282, model.InstanceAction: 280}
 ENVELOPE_BYTES = 20
 
 
@@ -98,36 +107,42 @@ class ByteCounter(object):
     """
 
     READS = ('snapshot', 'read_services', 'servers_of', 'get_server',
-             'migrations', 'aggregates', 'update_service')
+             'migrations', 'aggregates', 'update_service', 'stopped_servers',
+             'changed_servers', 'locked_servers', 'server_actions',
+             'action_errors', 'host_vcpus')
 
     def __init__(self, cloud, clock):
         self.cloud = cloud
         self.clock = clock
-        #: (simulated time, calls, answer bytes) of each port call.
-        self.calls: list[tuple[float, int, int]] = []
+        #: (simulated time, calls, answer bytes, port method) of each
+        #: port call.
+        self.calls: list[tuple[float, int, int, str]] = []
         for name in self.READS:
             fn = getattr(cloud, name, None)
             if callable(fn):
-                setattr(cloud, name, self._wrap(fn))
+                setattr(cloud, name, self._wrap(name, fn))
 
-    def _wrap(self, fn):
+    def _wrap(self, name, fn):
         def counted(*args, **kwargs):
             before = self.cloud.api_calls
             result = fn(*args, **kwargs)
             self.calls.append((self.clock.t, self.cloud.api_calls - before,
-                               answer_bytes(result)))
+                               answer_bytes(result), name))
             return result
         return counted
 
-    def since(self, t: float) -> tuple[int, int]:
-        """Calls and bytes from simulated time ``t`` on."""
-        rows = [c for c in self.calls if c[0] >= t]
+    def since(self, t: float, *kinds: str) -> tuple[int, int]:
+        """Calls and bytes from simulated time ``t`` on (of ``kinds``)."""
+        rows = [c for c in self.calls
+                if c[0] >= t and (not kinds or c[3] in kinds)]
         return sum(c[1] for c in rows), sum(c[2] for c in rows)
 
 
 def make_case(directory: str, hosts: int, per_host: int, failing: float,
-              options: dict) -> sim_scenario.Scenario:
+              options: dict, stopped: float = 0.0
+              ) -> sim_scenario.Scenario:
     names = ['compute-%05d' % i for i in range(hosts)]
+    shutoff = round(hosts * per_host * stopped)
     # Spread the failed hosts over the cloud, not one rack.
     failed = []
     if failing > 0:
@@ -139,10 +154,15 @@ def make_case(directory: str, hosts: int, per_host: int, failing: float,
         'hosts': {n: {} for n in names},
         'flavors': {'m1.small': {'vcpus': 1}},
         'images': {'cirros': {}},
-        'instance_groups': [{'prefix': 'vm-', 'count': hosts * per_host,
-                             'hosts': names, 'flavor': 'm1.small',
+        'instance_groups': [{'prefix': 'vm-', 'count': hosts * per_host -
+                             shutoff, 'hosts': names, 'flavor': 'm1.small',
                              'image': 'cirros'}],
     }
+    if shutoff:
+        # Stopped by their users, spread over the hosts.
+        topology['instance_groups'].append({
+            'prefix': 'off-', 'count': shutoff, 'hosts': names,
+            'flavor': 'm1.small', 'image': 'cirros', 'status': 'SHUTOFF'})
     with open(os.path.join(directory, 'fencing.yaml'), 'w') as f:
         yaml.safe_dump({'hosts': {n: {'driver': 'sim'} for n in names}}, f)
     groups: dict[str, list[str]] = {'DEFAULT': [],
@@ -164,15 +184,19 @@ def make_case(directory: str, hosts: int, per_host: int, failing: float,
         timeline=timeline), failed
 
 
+#: Port methods listing the stopped servers (in full or the changes).
+STOPPED_READS = ('stopped_servers', 'changed_servers')
+
+
 def steady(hosts: int, per_host: int, minutes: float,
-           options: dict) -> dict:
+           options: dict, stopped: float = 0.1) -> dict:
     """Nova calls and bytes per minute while every host is healthy.
 
     The first simulated minute (start-up: the first full read) is left
     out; the ``minutes`` after it are measured.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        sc, _ = make_case(tmp, hosts, per_host, 0.0, options)
+        sc, _ = make_case(tmp, hosts, per_host, 0.0, options, stopped)
         sc.timeline = []
         sc.topology['simulation']['end'] = (minutes + 1) * 60
         built = time.perf_counter()
@@ -184,12 +208,18 @@ def steady(hosts: int, per_host: int, minutes: float,
         wall = time.perf_counter() - started
     polls = sim.tick_stats
     calls, nbytes = counter.since(60.0)
+    listed, listed_bytes = counter.since(60.0, *STOPPED_READS)
+    judged, _ = counter.since(60.0, 'server_actions')
     return {
         'hosts': hosts,
         'instances': hosts * per_host,
+        'stopped': round(hosts * per_host * stopped),
         'simulated_min': minutes,
         'nova_calls_per_min': round(calls / minutes, 2),
         'nova_bytes_per_min': round(nbytes / minutes),
+        'stopped_list_calls_per_min': round(listed / minutes, 2),
+        'stopped_list_bytes_per_min': round(listed_bytes / minutes),
+        'action_reads_per_min': round(judged / minutes, 2),
         'nova_calls_per_read': max(sim.snapshot_calls or [0]),
         'reads_per_min': round(len(sim.snapshot_calls) / minutes, 2),
         'poll_cpu_s_mean': round(statistics.fmean(
@@ -280,8 +310,12 @@ COLUMNS = [
 STEADY_COLUMNS = [
     ('hosts', 'hosts', '%d'),
     ('instances', 'instances', '%d'),
+    ('stopped', 'stopped', '%d'),
     ('nova_calls_per_min', 'nova calls/min', '%.2f'),
     ('nova_bytes_per_min', 'nova bytes/min', '%d'),
+    ('stopped_list_calls_per_min', 'stopped-list calls/min', '%.2f'),
+    ('stopped_list_bytes_per_min', 'stopped-list bytes/min', '%d'),
+    ('action_reads_per_min', 'action reads/min', '%.2f'),
     ('nova_calls_per_read', 'calls/full read', '%d'),
     ('reads_per_min', 'full reads/min', '%.2f'),
     ('poll_cpu_s_mean', 'tick cpu s', '%s'),
@@ -306,8 +340,11 @@ def main(argv=None) -> int:
     p.add_argument('--steady-hosts', type=int, nargs='*',
                    default=[100, 1000, 5000, 20000],
                    help='sizes of the steady-state runs (none: skip them)')
-    p.add_argument('--steady-minutes', type=float, default=10.0,
-                   help='simulated minutes of steady state (default 10)')
+    p.add_argument('--steady-minutes', type=float, default=15.0,
+                   help='simulated minutes of steady state (default 15)')
+    p.add_argument('--stopped', type=float, default=0.1,
+                   help='share of the instances SHUTOFF in the steady-state '
+                        'runs (default 0.1)')
     p.add_argument('--per-host', type=int, default=20)
     p.add_argument('--failing', type=float, default=0.05,
                    help='share of hosts that fail (default 0.05)')
@@ -328,7 +365,7 @@ def main(argv=None) -> int:
     steady_rows = []
     for n in args.steady_hosts:
         steady_rows.append(steady(n, args.per_host, args.steady_minutes,
-                                  options))
+                                  options, args.stopped))
         if not args.json:
             print('done: steady state, %d hosts in %.1f s' % (
                 n, steady_rows[-1]['run_wall_s']), file=sys.stderr)
