@@ -59,4 +59,14 @@ OPTS = [
                max=100000,
                help='Read the instance actions of at most this many newly '
                     'stopped instances in one cycle (one Nova call each).'),
+    cfg.IntOpt('full_read_every', mutable=True, default=20, min=1,
+               max=10000,
+               help='Each cycle asks Nova only for the servers it changed '
+                    'since the previous cycle (usually one small call); '
+                    'every this many cycles every stopped server is listed '
+                    'instead (one call per [nova] page_size of them), so '
+                    'that a change Nova did not report is found at the '
+                    'latest then: with the default poll of 45 seconds, '
+                    'every 15 minutes. 1: list every stopped server each '
+                    'cycle.'),
 ]

@@ -60,6 +60,15 @@ RUNNING = 'running'
 STOPPED = 'stopped'
 IN_PROGRESS = frozenset({RESTARTING, RELOCATING, STARTING})
 
+#: Nova statuses of the servers watched (a crash leaves a guest SHUTOFF;
+#: a relocation waits in VERIFY_RESIZE).
+WATCHED = frozenset({'SHUTOFF', 'VERIFY_RESIZE'})
+#: Seconds a listing of the changes reaches back before the start of the
+#: read it follows: a change Nova stamped just before that read but made
+#: visible after it, Nova's machines' clocks against the one whose time
+#: it answers with, and the error of the skew measured (about a second).
+OVERLAP = 10.0
+
 
 @dataclasses.dataclass(frozen=True)
 class Record(marker_mod.NovaClockTimes):
@@ -173,6 +182,20 @@ class InstanceFailures:
         #: one by one when they are not stopped.
         self._tracked: set[str] = set()
         self._next: float | None = None
+        #: The watched servers by id as of the last read; None: unknown,
+        #: the next read lists them all.
+        self._stopped: dict[str, model.Server] | None = None
+        #: When the last read started, on Nova's clock (None: unknown).
+        self._read_at: datetime.datetime | None = None
+        #: Reads that listed only the changes since the last full one.
+        self._partial_reads = 0
+
+    def forget(self) -> None:
+        """List every watched server again at the next read.
+
+        When this copy starts leading: what it knew is from before.
+        """
+        self._stopped = None
 
     def watching(self) -> bool:
         """Whether crashed instances are looked for at all."""
@@ -201,7 +224,7 @@ class InstanceFailures:
         if self._next is not None and mono < self._next:
             return
         self._next = mono + float(self.conf.poll)
-        servers = self._read()
+        servers = self._read(snapshot, now)
         if servers is None:
             return
         view = dataclasses.replace(snapshot, servers=servers)
@@ -210,15 +233,51 @@ class InstanceFailures:
         self.cycle(view, plan, now, paused, busy,
                    context=_context(snapshot, servers))
 
-    def _read(self) -> tuple[model.Server, ...] | None:
-        """The stopped servers, and those we act on that are not."""
+    def _read(self, snapshot: model.Snapshot, now: datetime.datetime
+              ) -> tuple[model.Server, ...] | None:
+        """The stopped servers, and those we act on that are not.
+
+        At start-up, after a read that failed and every
+        ``full_read_every`` reads, every SHUTOFF and VERIFY_RESIZE server
+        is listed; in between only the servers Nova changed since the
+        previous read started (less :data:`OVERLAP`) update what the
+        last read found: a server listed in another status, or deleted,
+        leaves it. Nova lists a server whose metadata alone changed too
+        (our records: see the functional test of ``stopped_servers``).
+        """
         cloud = self.env.cloud
+        every = int(_opt(self.conf, 'full_read_every', 20))
+        # Taken before the listing: whatever changes while it runs is
+        # listed again by the next one.
+        started = snapshot.nova_now(now)
+        known = self._stopped
+        partial = self._partial_reads + 1
         try:
-            found = {s.id: s for s in cloud.stopped_servers()}
+            if known is None or self._read_at is None or partial >= every:
+                fresh = {s.id: s for s in cloud.stopped_servers()}
+                known, partial = dict(fresh), 0
+            else:
+                # Back on our clock, with the skew measured now.
+                since = self._read_at + datetime.timedelta(
+                    seconds=(snapshot.clock_skew or 0.0) - OVERLAP)
+                fresh = {s.id: s for s in cloud.stopped_servers(since)}
+                known = dict(known)
+                for srv in fresh.values():
+                    if srv.status in WATCHED:
+                        known[srv.id] = srv
+                    else:  # started, migrated, deleted (DELETED)...
+                        known.pop(srv.id, None)
         except exceptions.InstanceHAError as exc:
             LOG.warning('cannot list the stopped servers: %s', exc)
+            self._stopped = None
             return None
-        for server_id in sorted(self._tracked - set(found)):
+        self._stopped = known
+        # Nova's time unknown (no skew measured yet): a full read next.
+        self._read_at = started if snapshot.clock_skew is not None else None
+        self._partial_reads = partial
+        # The servers we act on that are not stopped: one by one.
+        found = dict(known)
+        for server_id in sorted(self._tracked - set(known)):
             try:
                 found[server_id] = cloud.get_server(server_id)
             except exceptions.InstanceHAError as exc:

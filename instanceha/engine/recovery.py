@@ -190,6 +190,7 @@ class Engine(poll.Poll, steps.Steps):
             # for locks a copy before us left behind.
             self._leader_since = now
             self._locks.want('leadership gained')
+            self._instances.forget()
         self._ticks += 1
         # Results of the jobs finished before the services read only: the
         # read is newer than every write whose result is applied, and the

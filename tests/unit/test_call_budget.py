@@ -110,12 +110,15 @@ class CallCounter(object):
     def _wrap(self, name, fn):
         def counted(*args, **kwargs):
             before = self.cloud.api_calls
+            kind = name
+            if name == 'stopped_servers' and (args or kwargs):
+                kind += ' changes-since'  # not the full listing
             try:
                 return fn(*args, **kwargs)
             finally:
                 n = self.cloud.api_calls - before
                 if n:
-                    self.calls.append((self.clock.t, name, n))
+                    self.calls.append((self.clock.t, kind, n))
         return counted
 
     def by_kind(self, since: float = 0.0) -> dict[str, int]:
@@ -191,13 +194,16 @@ class TestSteadyState(testtools.TestCase):
 
     def test_one_call_per_read(self):
         # Every host healthy: the compute services once a tick and the
-        # stopped servers once a poll (one listing for both statuses);
-        # the full picture only at start-up (services and aggregates),
-        # and so the locked servers (locks an earlier copy left).
+        # stopped servers once a poll (one listing for both statuses; in
+        # full at start-up and every [instance_failure] full_read_every
+        # polls, else the changes since the previous poll); the full
+        # picture only at start-up (services and aggregates), and so the
+        # locked servers (locks an earlier copy left).
         tmp = self.useFixture(fixtures.TempDir()).path
         _, lines, counter = failure_calls(tmp, '', '', end=300)
         self.assertEqual({'locked_servers': 1, 'read_services': 300,
-                          'snapshot': 2, 'stopped_servers': 300 // 15 + 1},
+                          'snapshot': 2, 'stopped_servers': 2,
+                          'stopped_servers changes-since': 19},
                          counter.by_kind())
 
 
