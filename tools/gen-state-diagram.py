@@ -58,11 +58,12 @@ LABELS = {
     ('evacuated', 'waiting_up'): ('kdump host stopped dumping, or '
                                   'power-off announced: left off'),
     ('evacuated', 'left_disabled'): 'leave_disabled on',
-    ('powering_on', 'waiting_up'): 'powered on by its fencing level',
+    ('powering_on', 'waiting_up'): ('powered on by its fencing level, '
+                                    'kept forced down, marker kept'),
     ('powering_on', 'failed'): 'power on failed too often',
-    ('waiting_up', 'enabling'): 'Nova reports up after power-on',
+    ('waiting_up', 'enabling'): 'nova-compute reported after power-on',
     ('waiting_up', 'healthy'): 'operator runs hosts clear --enable',
-    ('enabling', 'healthy'): 'service enabled',
+    ('enabling', 'healthy'): 'enabled, forced_down cleared, one write',
     ('failed', 'healthy'): 'operator runs hosts clear --enable',
     ('failed', 'waiting_up'): 'operator runs hosts clear',
     ('left_disabled', 'healthy'): 'operator runs hosts clear --enable',

@@ -53,7 +53,8 @@ Names (``host`` is set on all but the cycle-level ones):
                           ``retry_in`` (s) when it will be retried
 ``evacuate_gave_up``      ``server``, ``attempts``, ``reason`` (retries
                           used up: an operator must act)
-``forced_down_cleared``   a recovered host may report ``up`` again
+``forced_down_cleared``   a recovered host may report ``up`` again (with
+                          its enable, once its nova-compute reported)
 ``server_locked``         ``server``; ``confirmed`` when a lock call Nova
                           did not answer is found carried out
 ``server_unlocked``       ``server``; ``found`` (why it was looked for)
@@ -69,8 +70,7 @@ Names (``host`` is set on all but the cycle-level ones):
                           recovered (``note``, ``reason``, ``pause``)
 ``up_overdue``            every poll once a host has waited longer than
                           ``[DEFAULT] up_timeout`` to come back up:
-                          ``waited`` (s), ``forced_down_cleared``,
-                          ``check`` (what to look at)
+                          ``waited`` (s), ``check`` (what to look at)
 ``paused``                once when the leader first sees an operator's
                           pause (``instanceha-manage pause``): ``reason``,
                           ``until`` (or ``indefinite``), ``by``

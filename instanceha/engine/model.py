@@ -31,6 +31,15 @@ DISABLED = 'disabled'
 #: Instance statuses Nova accepts for evacuation.
 EVACUABLE_STATUSES = frozenset({'ACTIVE', 'ERROR', 'SHUTOFF'})
 
+#: Seconds after one of our writes to a compute service (or a time of
+#: ours taken on Nova's clock) within which the service's ``updated_at``
+#: proves no report of nova-compute: Nova stamps the service on every
+#: write, ours too (the servicegroup's own ``last_seen_up`` is not in the
+#: API), and our times are on Nova's clock only as well as the skew
+#: measured from its ``Date`` header (whole seconds; under one second it
+#: is taken as none), while a marker keeps whole seconds.
+OWN_WRITE = 5.0
+
 
 @dataclasses.dataclass(frozen=True)
 class Service:
@@ -51,6 +60,17 @@ class Service:
     @property
     def disabled(self) -> bool:
         return self.status == DISABLED
+
+    def reported_after(self, when: datetime.datetime) -> bool:
+        """Whether nova-compute reported after ``when`` (Nova's clock).
+
+        ``updated_at`` newer than ``when`` plus :data:`OWN_WRITE`: Nova
+        keeps stamping the service with nova-compute's reports while it is
+        forced down (its ``state`` then says down whatever the reports),
+        but stamps it on every write as well.
+        """
+        return self.updated_at is not None and (
+            self.updated_at - when).total_seconds() > OWN_WRITE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -356,7 +356,6 @@ class Poll(tick.Plumbing):
         if waited < self.conf.up_timeout:
             return
         self._emit(events.UP_OVERDUE, wf.host, waited=waited,
-                   forced_down_cleared=wf.cleared_at is not None,
                    check=workflow.UP_OVERDUE_CHECK % {'host': wf.host})
 
     def _adopt(self, snapshot: model.Snapshot) -> None:
@@ -377,6 +376,7 @@ class Poll(tick.Plumbing):
             when = min(parsed.ours(parsed.when, skew), self.env.clock.now())
             wf = HostWorkflow(host=svc.host, state=state, entered=when,
                               detected=when, resumed=True,
+                              marked=svc.disabled_reason,
                               servers=tuple(snapshot.servers_on(svc.host)),
                               spare=parsed.spare, kdump=parsed.kdump,
                               shutdown=parsed.shutdown,
@@ -405,8 +405,9 @@ class Poll(tick.Plumbing):
         """Follow an operator's ``instanceha-manage hosts clear``.
 
         Only hosts waiting for an operator (failed, left_disabled) or to
-        come up (waiting_up) are handed back; the marker we wrote is gone
-        or replaced, so the table says where the host goes: waiting_up
+        come up (waiting_up) are handed back; the marker we wrote (or
+        left, :attr:`HostWorkflow.marked`) is gone or replaced, so the
+        table says where the host goes: waiting_up
         (``hosts clear``: enabled once Nova reports it up) or healthy
         (``--enable``, or disabled with the operator's own reason, which
         takes it out of our hands).
@@ -421,12 +422,17 @@ class Poll(tick.Plumbing):
             return
         if wf.state not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
             return
+        if (svc.disabled and wf.marked is not None
+                and svc.disabled_reason == wf.marked):
+            # Our own marker, as we left it: waiting up after our
+            # power-on, Nova keeps the one written before it.
+            return
         marker = parsed.state if parsed else None
         if marker is S.WAITING_UP:
             if wf.state is not S.WAITING_UP:
                 self._transition(wf, S.WAITING_UP,
                                  reason='cleared by operator')
-                wf.cleared_at = wf.up_after = None
+                wf.up_after = None
             return
         if marker is wf.state:
             return

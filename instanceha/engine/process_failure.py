@@ -69,10 +69,6 @@ LOG = logging.getLogger(__name__)
 NOTE = ('nova-compute down while the host is alive (its heartbeat); '
         'enabled again when nova-compute reports up')
 
-#: Seconds after our disable within which Nova's ``updated_at`` may be
-#: our write's own time stamp (not a report of nova-compute).
-OWN_WRITE = 5.0
-
 #: Why an isolated host is left enabled (the held event's reasons).
 ENDED_BY_OPERATOR = ('enabled by someone else during this nova-compute '
                      'outage (their decision wins): left enabled until '
@@ -267,8 +263,8 @@ class ProcessFailures:
             # On Nova's clock, as updated_at (a marker of an earlier
             # version has it on ours).
             ours_at = mark.on_nova(mark.when, skew)
-            if svc.updated_at is not None and (
-                    svc.updated_at - ours_at).total_seconds() <= OWN_WRITE:
+            if svc.updated_at is not None and not svc.reported_after(
+                    ours_at):
                 continue  # our own write's time stamp, not a report
             if not self._update(svc, 'could not enable the compute service '
                                 'of %s again: %s', status=model.ENABLED):

@@ -136,9 +136,6 @@ class Engine(poll.Poll, steps.Steps):
         self._stepped: dict[str, float] = {}
         #: How long Nova's rebuilds take (paces every job's listings).
         self._rebuild_pace = evacuation.RebuildPace()
-        #: Nova refused to clear forced_down while a host's evacuation
-        #: records were done (see Steps._refused_unforce).
-        self._unforce_refused = False
         self.plan = None
         self.cycles = 0
         #: Polls that every host's health answered without a full read.

@@ -29,7 +29,11 @@ Every log line, event and Nova marker names these states. The marker
 written to the compute service's ``disabled_reason`` makes the state
 durable in Nova itself, so a restarted service (or a new leader) resumes
 where the previous one stopped, and ``openstack compute service list
---long`` tells operators the story.
+--long`` tells operators the story. Not every state writes one: from
+the end of a plain evacuation to the hand-back (evacuated, powering_on,
+waiting_up after our power-on, enabling) Nova keeps the ``evacuating``
+(or ``evacuated``) marker, forced down; the enable removes it. A copy
+resuming from it powers the host on again (no change) and waits.
 
 What the engine does in each state is the step of
 :data:`instanceha.engine.steps.STEPS`, the table beside this one.

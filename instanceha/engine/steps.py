@@ -427,10 +427,17 @@ class Steps(tick.Plumbing):
             note = ''
 
         # Straight on to the power-on: no marker is written in between
-        # (the power-on job writes "waiting_up"); a copy resuming before
-        # that finds every rebuild ended and powers on again, which
-        # changes nothing.
-        straight = (not give_up and spare is None
+        # (nor after it, until the enable); a copy resuming from the
+        # evacuating marker finds every rebuild ended and powers on again,
+        # which changes nothing. Not while instances stay on the host that
+        # such a copy could take for pending: one Nova would not evacuate
+        # (PAUSED, say) is SHUTOFF once the host has booted, and would be
+        # evacuated from the powered-on host (after fencing it again);
+        # "evacuated" says the evacuation is over. (Instances given up
+        # are in the evacuating marker already: never evacuated again.)
+        handled = set(progress.succeeded) | set(failed)
+        left = any(srv.id not in handled for srv in wf.servers)
+        straight = (not give_up and not left and spare is None
                     and not self.conf.leave_disabled and not wf.kdump)
 
         def finish():
@@ -517,9 +524,7 @@ class Steps(tick.Plumbing):
                              reason='powered off on purpose: left off, '
                              'enabled when it comes back'))
             return
-        # No marker of its own: the power-on job writes waiting_up. A copy
-        # resuming before that finds "evacuated" (or "evacuating"), sees
-        # the rebuilds ended and powers on, which changes nothing.
+        # No marker of its own (see _step_powering_on).
         self._transition(wf, S.POWERING_ON)
         self._step_powering_on(wf)
 
@@ -536,6 +541,16 @@ class Steps(tick.Plumbing):
         return host in self._aftercare
 
     def _step_powering_on(self, wf: HostWorkflow) -> None:
+        """Power the host on; no marker (Nova keeps the one before).
+
+        The host stays disabled and forced down, marked as it was, until
+        its nova-compute reports (:meth:`_step_waiting_up`): then one
+        write enables it and clears forced_down. A copy resuming from that
+        marker finds every rebuild ended and powers it on again, which
+        changes nothing, and waits from then on (a later start than the
+        true one: never a heartbeat older than the power-on taken for a
+        report).
+        """
         if self._rebuilding(wf.host):
             return
         # Powered on only on a view of its service read since this step
@@ -548,23 +563,7 @@ class Steps(tick.Plumbing):
 
         def power_on():
             self._ours(wf)
-            result = fencer.unfence(wf.host)
-            if self._unforce_refused:
-                # Nova clears it only once the host runs again: the
-                # enable does (see _step_waiting_up).
-                self._mark(wf, S.WAITING_UP)
-                return result, False
-            # Marked waiting_up and forced_down cleared in one write;
-            # should Nova refuse the clear, waiting_up clears it later.
-            try:
-                self._mark(wf, S.WAITING_UP, forced_down=False)
-            except workflow.OperatorTookOver:
-                raise
-            except exceptions.CloudError as exc:
-                self._refused_unforce(wf, exc)
-                self._mark(wf, S.WAITING_UP)
-                return result, False
-            return result, True
+            return fencer.unfence(wf.host)
 
         def done(result):
             if isinstance(result, Exception):
@@ -579,11 +578,9 @@ class Steps(tick.Plumbing):
                 self._emit(events.STEP_ERROR, wf.host,
                            state=wf.state.value, reason=wf.reason)
                 return
-            result, cleared = result
             self._transition(wf, S.WAITING_UP, level=result.level)
-            if cleared:
-                wf.cleared_at = self._nova_now()
-                self._emit(events.FORCED_DOWN_CLEARED, wf.host)
+            # Powered on by now: only a report stamped after it counts.
+            wf.up_after = self._nova_now()
 
         self._submit(wf, self._catching(power_on, exceptions.FencingError),
                      done)
@@ -597,72 +594,44 @@ class Steps(tick.Plumbing):
                                                 action=action))
 
     def _step_waiting_up(self, wf: HostWorkflow) -> None:
-        """Clear forced_down, then wait until Nova reports the host up.
+        """Hand the host back once its nova-compute reports again.
 
-        Nova reports a forced-down service down whatever its heartbeats,
-        and refuses to clear forced_down while ``done`` evacuation records
-        remain, i.e. until the host's compute has started and cleaned up:
-        that refusal is expected and simply retried.
+        Nothing is written while it waits: after our power-on it stays
+        forced down and disabled with its marker. Nova reports a
+        forced-down service down whatever its reports, but keeps stamping
+        its ``updated_at`` with them (the servicegroup reports regardless
+        of forced_down): a stamp later than the power-on (or than the
+        waiting_up marker of a host that starts by itself: a kdump host, an
+        announced power-off, ``hosts clear``) by more than
+        :data:`model.OWN_WRITE` is a report of the restarted service,
+        never the dead one's last word nor a write of ours. One report is
+        enough, as for Nova's own ``up``: the service runs again. The
+        enable step then enables it and clears forced_down in one write.
         """
         svc = self.snapshot.service(wf.host) if self.snapshot else None
         if svc is None:
             return
         if wf.up_after is None:
-            # On Nova's clock, that of the heartbeats it is compared with
+            # On Nova's clock, that of the stamps it is compared with
             # (ours may be stepped while the host boots).
             wf.up_after = self.snapshot.nova_now(wf.entered)
-        if wf.cleared_at is None and self._unforce_refused:
-            # This Nova clears forced_down only once the host's
-            # nova-compute has started again (it completes the evacuation
-            # records, then reports): a heartbeat newer than the power-on
-            # says it has, and one write enables the host and clears
-            # forced_down (the enable step).
-            if svc.forced_down and self._heartbeat_since(svc, wf.up_after):
-                self._transition(wf, S.ENABLING, forced_down=True)
-                self._step_enabling(wf)
-            elif not svc.forced_down:
-                wf.cleared_at = self._nova_now()  # cleared by someone
+        if svc.updated_at is None:
+            # A cloud without time stamps: Nova's word alone (up only
+            # once forced_down is cleared).
+            back = not svc.forced_down and svc.state == model.UP
+        elif svc.forced_down:
+            # ...and a report recent enough not to be judged failed at
+            # once (``delta``), had a read been missed.
+            back = svc.reported_after(wf.up_after) and (
+                self.snapshot.nova_now(self.snapshot.taken_at) -
+                svc.updated_at).total_seconds() <= self.conf.delta
+        else:
+            back = (svc.reported_after(wf.up_after) and
+                    svc.state == model.UP)
+        if not back:
             return
-        if wf.cleared_at is None:
-            # We forced it down ourselves: clear it now (idempotent, also
-            # after a restart), whatever an older snapshot says.
-            def clear():
-                try:
-                    self._mark(wf, S.WAITING_UP,
-                               forced_down=False)
-                except exceptions.CloudError as exc:
-                    return exc
-                return None
-
-            def done(exc):
-                if exc is None:
-                    wf.cleared_at = self._nova_now()
-                    self._emit(events.FORCED_DOWN_CLEARED, wf.host)
-                else:
-                    self._refused_unforce(wf, exc)
-                    wf.retry_at = (self.env.clock.monotonic() +
-                                   min(self.conf.poll, workflow.STEP_RETRY))
-
-            self._submit(wf, clear, done)
-            return
-        if self.snapshot.nova_now(self.snapshot.taken_at) < wf.cleared_at:
-            return  # read before the clear: it proves nothing
-        if svc.forced_down:
-            wf.cleared_at = None  # forced down again since: clear again
-            return
-        # Only a heartbeat newer than the power-on proves the host is
-        # back: an older 'up' is the dead host's last word.
-        if svc.state != model.UP or (
-                svc.updated_at is not None and not self._heartbeat_since(
-                    svc, wf.up_after)):
-            return
-        self._transition(wf, S.ENABLING)
+        self._transition(wf, S.ENABLING, forced_down=svc.forced_down)
         self._step_enabling(wf)
-
-    def _heartbeat_since(self, svc: model.Service,
-                         when: datetime.datetime) -> bool:
-        """Whether ``svc`` reported after ``when`` (Nova's clock)."""
-        return svc.updated_at is not None and svc.updated_at > when
 
     def _nova_now(self) -> datetime.datetime:
         """Now on Nova's clock, by the skew the latest read measured.
@@ -671,20 +640,6 @@ class Steps(tick.Plumbing):
         clock may be stepped in between, Nova's is not.
         """
         return self.snapshot.nova_now(self.env.clock.now())
-
-    def _refused_unforce(self, wf: HostWorkflow,
-                         exc: exceptions.CloudError) -> None:
-        """Nova refused to clear forced_down (job thread).
-
-        Nova's API (microversion 2.53 on) refuses while evacuation
-        records of the host are ``done``, i.e. until its nova-compute
-        has started and completed them: a refusal (HTTP 400) teaches
-        this engine to clear it only then, with the enable (one write,
-        not one refused write every few seconds while the host boots).
-        """
-        LOG.info('host %s: forced_down not cleared yet: %s', wf.host, exc)
-        if getattr(exc, 'status', None) == 400:
-            self._unforce_refused = True
 
     def _step_enabling(self, wf: HostWorkflow) -> None:
 

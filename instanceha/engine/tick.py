@@ -189,6 +189,7 @@ class Plumbing:
         changes.setdefault('status', model.DISABLED)
         self.env.cloud.update_service(svc, disabled_reason=reason,
                                       **changes)
+        wf.marked = reason
 
     def _marker(self, wf: HostWorkflow, state: HostState,
                 note: str = '', spare=_SAME) -> marker_mod.Marker:

@@ -67,9 +67,11 @@ STEP_RETRY = 5.0
 #: What to look at when a host stays in waiting_up (``up_timeout``).
 UP_OVERDUE_CHECK = (
     'is %(host)s powered on and booted (its BMC, console)? is its '
-    'nova-compute running and reaching the message bus? Nova must report '
-    'it up (openstack compute service list --host %(host)s). To take it '
-    'out of instanceha\'s hands, disable it with a reason of your own')
+    'nova-compute running and reaching the message bus? Its reports must '
+    'reach Nova (Updated At of openstack compute service list --long '
+    '--host %(host)s moves on; it stays forced down until instanceha '
+    'enables it). To take it out of instanceha\'s hands, disable it with '
+    'a reason of your own')
 
 
 #: Logged when a host is marked FAILED: the operator's steps.
@@ -152,12 +154,15 @@ class HostWorkflow:
     progress: evacuation.Progress | None = None
     resumed: bool = False
     reason: str = ''
-    #: When forced_down was cleared (waiting_up; Nova's clock); None: not
-    #: yet.
-    cleared_at: datetime.datetime | None = None
-    #: Only a heartbeat newer than this proves the host came back (the
-    #: power-on, or for a kdump host the end of its dump; Nova's clock).
+    #: Only a heartbeat newer than this proves the host came back (its
+    #: power-on, or the waiting_up marker of a host that starts by itself,
+    #: plus :data:`model.OWN_WRITE`; Nova's clock). See
+    #: :meth:`instanceha.engine.steps.Steps._step_waiting_up`.
     up_after: datetime.datetime | None = None
+    #: The ``disabled_reason`` of the latest marker this copy wrote (or
+    #: adopted) for the host: what Nova shows while it is ours. Waiting
+    #: up after our power-on, Nova keeps the marker written before it.
+    marked: str | None = None
     #: Steps in a row that raised (their retry backs off).
     step_errors: int = 0
     #: This recovery's id: in every event of it (``recovery_id``), every

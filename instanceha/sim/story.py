@@ -73,9 +73,10 @@ _STATES = {
     'evacuated': '{host}: evacuation finished ({evacuated} rebuilt '
                  'elsewhere, {failed} failed)',
     'powering_on': 'powering {host} back on through its fencing device',
-    'waiting_up': '{host} is powered on; waiting for its nova-compute to '
-                  'report up',
-    'enabling': '{host} reports up; enabling it in Nova',
+    'waiting_up': '{host} is powered on (still forced down); waiting for '
+                  'its nova-compute to report',
+    'enabling': '{host} reports again; enabling it in Nova (forced_down '
+                'cleared with it)',
     'left_disabled': '{host} stays disabled and forced down '
                      '(leave_disabled)',
     'failed': '{host} is marked FAILED; an operator must act: {action}',

@@ -13,6 +13,7 @@
 """The recovery workflow on a small in-memory cloud (see the fakes)."""
 
 import dataclasses
+import datetime
 import logging
 
 import fixtures
@@ -22,6 +23,7 @@ from instanceha.cmd import manage_hosts
 from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import evacuation
 from instanceha.engine import events
+from instanceha.engine import model
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
 from instanceha import exceptions
@@ -108,13 +110,19 @@ class TestHappyPath(TestCase):
     def test_enable_only_after_up(self):
         rig = fakes.waiting_up_rig()
         svc = rig.cloud.services['host1']
+        # Waiting after our power-on: nothing written since the marker of
+        # its evacuation (forced down, disabled).
         self.assertEqual('disabled', svc.status)
-        self.assertFalse(svc.forced_down)
-        self.assertEqual(S.WAITING_UP, marker_state(rig, 'host1'))
+        self.assertTrue(svc.forced_down)
+        self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
         rig.cloud.revive('host1')
         rig.run(5)
         self.assertEqual({}, rig.engine.host_states())
-        self.assertEqual('enabled', rig.cloud.services['host1'].status)
+        svc = rig.cloud.services['host1']
+        self.assertEqual('enabled', svc.status)
+        self.assertFalse(svc.forced_down)
+        self.assertEqual([{}], rig.events.named(events.FORCED_DOWN_CLEARED,
+                                                'host1'))
 
     def test_stale_up_after_power_on_is_not_trusted(self):
         # Nova keeps saying 'up' for down_time after the last heartbeat:
@@ -183,7 +191,7 @@ class TestFencing(TestCase):
         failed = rig.events.named(events.HOST_STATE, 'host1')
         self.assertEqual([10, 20, 40], [
             d['retry_in'] for d in failed if d['new'] == 'fence_failed'])
-        rig.run(40)
+        rig.run(45)
         self.assertGreater(rig.clock.t - t0, 70)
         self.assertEqual(1, len(rig.cloud.evacuations(vm)))
         self.assertEqual({}, rig.engine.host_states())
@@ -616,8 +624,12 @@ class TestResume(TestCase):
             vms = rig.cloud.boot('host1', 3)
             rig.run(2)
             rig.cloud.kill('host1')
-            rig.run_until(lambda: marker_state(rig, 'host1') == S(stop_at), 40)
-            self.assertEqual(S(stop_at), marker_state(rig, 'host1'))
+            rig.run_until(lambda: rig.engine.host_states().get(
+                'host1') == S(stop_at), 40)
+            self.assertEqual(S(stop_at), rig.engine.host_states()['host1'])
+            # Waiting up after the power-on: Nova keeps the marker of the
+            # evacuation (a resumed copy powers on again and waits).
+            self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
             rig.restart()
             rig.run(30)
             for vm in vms:
@@ -896,7 +908,9 @@ class TestUpTimeout(TestCase):
         overdue = rig.events.named(events.UP_OVERDUE, 'host1')
         self.assertGreater(len(overdue), 5)  # every poll
         self.assertGreaterEqual(overdue[0]['waited'], 60)
-        self.assertTrue(overdue[-1]['forced_down_cleared'])
+        self.assertNotIn('forced_down_cleared', overdue[-1])
+        # Kept forced down (and nothing written) while it does not report.
+        self.assertTrue(rig.cloud.services['host1'].forced_down)
         self.assertIn('nova-compute running', overdue[-1]['check'])
         self.assertIn(events.UP_OVERDUE, events.WARNINGS)
         # Never power-cycled again; still unhealthy for the gates.
@@ -912,6 +926,71 @@ class TestUpTimeout(TestCase):
         n = len(rig.events.named(events.UP_OVERDUE))
         rig.run(5)
         self.assertEqual(n, len(rig.events.named(events.UP_OVERDUE)))
+
+
+class TestWaitingUp(TestCase):
+    """After the power-on: nothing written until nova-compute reports."""
+
+    def updates(self, rig):
+        return [c for c in rig.cloud.calls if c[0] == 'update_service']
+
+    def test_restart_while_waiting_powers_on_again_and_waits(self):
+        rig = fakes.waiting_up_rig()
+        writes = len(self.updates(rig))
+        # Nova shows the marker of its evacuation, forced down: a new
+        # process resumes from there.
+        self.assertEqual(S.EVACUATING, marker_state(rig, 'host1'))
+        self.assertTrue(rig.cloud.services['host1'].forced_down)
+        rig.restart()
+        rig.run(60)
+        self.assertEqual([{'state': 'evacuating'}],
+                         rig.events.named(events.HOST_RESUMED, 'host1'))
+        # Powered on again (no change) and waiting from then on; its last
+        # heartbeat, from before the power-off, is never taken for one.
+        self.assertEqual([('off', 'host1'), ('on', 'host1'),
+                          ('on', 'host1')], rig.fencer.calls)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        svc = rig.cloud.services['host1']
+        self.assertEqual(('disabled', True), (svc.status, svc.forced_down))
+        self.assertEqual(writes, len(self.updates(rig)))
+        # Its nova-compute reports: one write enables it, forced_down
+        # cleared with it.
+        rig.cloud.revive('host1')
+        rig.run(5)
+        self.assertEqual({}, rig.engine.host_states())
+        self.assertEqual([('update_service', 'host1', 'enabled', None,
+                           False)], self.updates(rig)[writes:])
+
+    def test_own_write_stamp_is_no_report(self):
+        # Nova stamps updated_at on every write, ours too: a stamp within
+        # OWN_WRITE of the power-on (or of our marker) proves nothing.
+        when = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.timezone.utc)
+
+        def svc(after):
+            return model.Service(
+                id='1', host='h', state='down', status='disabled',
+                forced_down=True,
+                updated_at=when + datetime.timedelta(seconds=after))
+        self.assertFalse(svc(-30).reported_after(when))
+        self.assertFalse(svc(model.OWN_WRITE).reported_after(when))
+        self.assertTrue(svc(model.OWN_WRITE + 1).reported_after(when))
+        self.assertFalse(dataclasses.replace(
+            svc(60), updated_at=None).reported_after(when))
+
+    def test_report_older_than_delta_does_not_enable(self):
+        # A report after the power-on seen only much later (Nova could not
+        # be read meanwhile) is no proof the host runs now.
+        rig = fakes.waiting_up_rig(delta=5)
+        world = rig.cloud.world
+        world.nova_down = True
+        rig.cloud.revive('host1')
+        rig.run(1)
+        rig.cloud.kill('host1')  # it reported at boot, then died
+        rig.run(10)
+        world.nova_down = False
+        rig.run(5)
+        self.assertEqual({'host1': S.WAITING_UP}, rig.engine.host_states())
+        self.assertEqual('disabled', rig.cloud.services['host1'].status)
 
 
 class TestHandBack(TestCase):
@@ -962,7 +1041,12 @@ class TestHandBack(TestCase):
 
     def test_waiting_up_enabled_by_operator(self):
         rig = fakes.waiting_up_rig()
-        manage_hosts.clear(rig.cloud, 'host1', True, rig.clock.now())
+        # Its marker still says evacuating: hosts clear refuses it, the
+        # operator enables it (and clears forced_down) through Nova.
+        self.assertRaises(exceptions.InstanceHAError, manage_hosts.clear,
+                          rig.cloud, 'host1', True, rig.clock.now())
+        rig.cloud.update_service(rig.cloud.services['host1'],
+                                 status='enabled', forced_down=False)
         rig.cloud.revive('host1')
         rig.run(5)
         self.assertEqual(('waiting_up', 'healthy'),
