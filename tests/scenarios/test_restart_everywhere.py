@@ -55,6 +55,12 @@ BASES = (
     'clock-skew-behind',
     'clock-stepped-back-mid-evacuation',
     'clock-stepped-back-waiting-up',
+    # Nothing is written between the evacuating marker and the enable: a
+    # copy resuming from it while the host boots (or runs again) powers
+    # it on again and evacuates nothing more, also an instance Nova
+    # refused (force_enable: given up in that marker).
+    'restart-while-waiting-up',
+    'r13-force-enable',
 )
 
 #: Every state of each shutdown policy (freeze, failover, migrate, a

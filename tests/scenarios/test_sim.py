@@ -101,6 +101,20 @@ class TestSimCloud(testtools.TestCase):
         advance(w, 10)
         self.assertEqual(1, len(cloud.migrations(server_id='vm1')))
 
+    def test_forced_down_service_keeps_reporting(self):
+        # As Nova's DB servicegroup driver does: nova-compute's reports
+        # stamp updated_at whatever forced_down says; only the state
+        # (Nova's judgement) says down while it is forced down.
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        svc = w.service_model(w.hosts['h2'])
+        cloud.update_service(svc, forced_down=True)
+        before = cloud.snapshot().service('h2')
+        advance(w, 3 * w.timing.report_interval)
+        after = cloud.snapshot().service('h2')
+        self.assertEqual(('down', True), (after.state, after.forced_down))
+        self.assertGreater(after.updated_at, before.updated_at)
+
     def test_deleted_service_is_not_listed(self):
         w = small_world()
         cloud = sim_world.SimCloud(w)
