@@ -178,8 +178,9 @@ class InstanceFailures:
         #: them): not read again while they stay stopped.
         self._judged: set[str] = set()
         self._held: tuple = ()
-        #: Servers with a step under way or a start not yet stable: read
-        #: one by one when they are not stopped.
+        #: Servers with a step under way or a start not yet stable: when
+        #: they are not stopped, taken from the listing of the changes or
+        #: read one by one (see ``_read``).
         self._tracked: set[str] = set()
         self._next: float | None = None
         #: The watched servers by id as of the last read; None: unknown,
@@ -189,6 +190,9 @@ class InstanceFailures:
         self._read_at: datetime.datetime | None = None
         #: Reads that listed only the changes since the last full one.
         self._partial_reads = 0
+        #: The servers of ``_tracked`` not stopped, as the last read found
+        #: them (unchanged while a listing of the changes omits them).
+        self._others: dict[str, model.Server] = {}
 
     def forget(self) -> None:
         """List every watched server again at the next read.
@@ -275,17 +279,29 @@ class InstanceFailures:
         # Nova's time unknown (no skew measured yet): a full read next.
         self._read_at = started if snapshot.clock_skew is not None else None
         self._partial_reads = partial
-        # The servers we act on that are not stopped: one by one.
+        # The servers we act on that are not stopped: as the listing of
+        # the changes has them, else as last read when it has listed
+        # every change since (none), else read one by one.
         found = dict(known)
+        last, self._others = self._others, {}
         for server_id in sorted(self._tracked - set(known)):
-            try:
-                found[server_id] = cloud.get_server(server_id)
-            except exceptions.InstanceHAError as exc:
-                if getattr(exc, 'status', None) == 404:
-                    self._tracked.discard(server_id)
-                else:
-                    LOG.warning('instance %s: cannot read it: %s',
-                                server_id, exc)
+            srv = fresh.get(server_id) if partial else None
+            if srv is None and partial:
+                srv = last.get(server_id)
+            if srv is None:
+                try:
+                    srv = cloud.get_server(server_id)
+                except exceptions.InstanceHAError as exc:
+                    if getattr(exc, 'status', None) == 404:
+                        self._tracked.discard(server_id)
+                    else:
+                        LOG.warning('instance %s: cannot read it: %s',
+                                    server_id, exc)
+                    continue
+            if srv.status == 'DELETED':
+                self._tracked.discard(server_id)
+                continue
+            found[server_id] = self._others[server_id] = srv
         return tuple(found[k] for k in sorted(found))
 
     def _in_scope(self, snapshot: model.Snapshot, plan, busy,

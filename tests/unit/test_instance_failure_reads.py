@@ -197,6 +197,43 @@ class TestReads(testtools.TestCase):
         self.assertEqual(3, calls)
         self.assertIn('a', found)
 
+    def test_servers_acted_on_are_read_from_the_changes(self):
+        # A server being restarted (tracked) and running: read alone
+        # after a full listing (which has only the stopped ones), then
+        # taken from the listings of the changes.
+        rig = self.rig
+        rig.loop._tracked.add('a')
+        reads = []
+
+        def poll(t):
+            rig.at(t)
+            snapshot = rig.cloud.read_services()
+            before = rig.cloud.api_calls
+            found = {s.id: s for s in rig.loop._read(
+                snapshot, rig.world.local(rig.clock.t))}
+            reads.append((rig.cloud.api_calls - before, found.get('a')))
+        poll(START)
+        poll(START + POLL)
+        rig.cloud.set_server_metadata('a', inst.KEY, 'state=running')
+        poll(START + 2 * POLL)
+        guests.user_delete(rig.world, 'a')
+        poll(START + 3 * POLL)
+        self.assertEqual([4, 1, 1, 1], [calls for calls, _ in reads])
+        self.assertEqual('ACTIVE', reads[1][1].status)
+        self.assertEqual('state=running', reads[2][1].metadata[inst.KEY])
+        self.assertIsNone(reads[3][1])
+        self.assertNotIn('a', rig.loop._tracked)
+
+    def test_servers_acted_on_read_again_at_a_full_listing(self):
+        # It lists only stopped servers: what changed on the others since
+        # the previous read is not known.
+        self.rig = Rig(full_read_every=2)
+        self.rig.loop._tracked.add('a')
+        calls = []
+        for t in (START, START + POLL, START + 2 * POLL):
+            calls.append(self.polls(t)[0][1])
+        self.assertEqual([4, 1, 4], calls)
+
     def test_every_poll_in_full_without_novas_time(self):
         # Which changes are new is asked on Nova's clock: unknown, the
         # loop lists every stopped server.
