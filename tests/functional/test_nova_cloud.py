@@ -295,6 +295,29 @@ class TestNovaCloudStub(testtools.TestCase):
                          (back.status, back.disabled_reason,
                           back.forced_down))
 
+    def test_forced_down_service_keeps_reporting(self):
+        # What the hand-back relies on (Steps._step_waiting_up): Nova
+        # stamps a forced-down service's updated_at with nova-compute's
+        # reports (its DB servicegroup driver reports regardless of
+        # forced_down) while it says the service is down; and it stamps
+        # our own write too (model.OWN_WRITE).
+        svc = self.cloud.snapshot().service('host3')
+        before = datetime.datetime.now(datetime.timezone.utc)
+        self.cloud.update_service(svc, forced_down=True)
+        first = self.cloud.snapshot().service('host3')
+        self.assertEqual((model.DOWN, True), (first.state, first.forced_down))
+        self.assertGreaterEqual(
+            first.updated_at, before - datetime.timedelta(seconds=1))
+
+        def reported():
+            now = self.cloud.snapshot().service('host3')
+            return now.forced_down and now.updated_at > first.updated_at
+        peers.base.wait_until(reported, 6 * self.peer.report_interval,
+                              interval=0.5,
+                              what='a report of host3 while forced down')
+        self.assertEqual(model.DOWN,
+                         self.cloud.snapshot().service('host3').state)
+
     def test_failures_carry_nova_request_id(self):
         exc = self.assertRaises(exceptions.CloudError,
                                 self.cloud.get_server,
