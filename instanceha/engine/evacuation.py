@@ -333,6 +333,9 @@ class StepContext:
     #: the step's reads (the records, the power proof), see
     #: :meth:`EvacuationJob._prepare`. Its error ends the step.
     prelude: Callable[[], None] | None = None
+    #: The slots of the rebuilds this step sees ending may be used at
+    #: once (tracked strategies; no other host waits for its share).
+    reuse: bool = False
 
 
 class Policy(typing.Protocol):
@@ -715,38 +718,42 @@ class EvacuationJob:
             return False
         return self._next_check is None or now >= self._next_check
 
-    def _pace(self, now: float, ended: bool = False) -> None:
+    def _pace(self, now: float, looked: bool = False,
+              ended: bool = False) -> None:
         """When to look at the running rebuilds next.
 
         At the expected end of the earliest one (at most ``CHECK_MAX``
         ahead): the rebuild time :class:`RebuildPace` learned, or
         ``FIRST_LOOK`` before one was seen ending. Rebuilds past their
         expected end are looked at after 1, 2, 4 ... seconds (at most
-        ``LATE_LOOK_MAX``), from 1 again whenever a look saw one end
+        ``LATE_LOOK_MAX``; the wait grows with each ``looked`` that saw
+        them still running), from 1 again whenever a look saw one end
         (``ended``): its siblings are likely close behind. So a rebuild
         is seen ending at most ``LATE_LOOK_MAX`` seconds late, with a
         few listings per failure instead of one per tick; a time-out
         (``[evacuation] timeout``) is looked at when it expires.
         """
         running = [t for t in self.tasks.values()
-                   if t.state is TaskState.IN_FLIGHT]
+                   if t.state is TaskState.IN_FLIGHT and
+                   t.started is not None]
         took = self.pace.rebuild_time
         if took is None:
             took = FIRST_LOOK
         ends = [t.started + took for t in running
-                if t.started is not None and t.started + took > now]
+                if t.started + took > now]
         if ended:
             self._late_looks = 0
+        wait = CHECK_MAX
         if ends:
-            wait = min(min(ends) - now, CHECK_MAX)
-        else:
-            wait = min(2.0 ** self._late_looks, LATE_LOOK_MAX)
-            self._late_looks += 1
+            wait = min(wait, min(ends) - now)
+        if len(ends) < len(running):  # some are past their expected end
+            wait = min(wait, 2.0 ** self._late_looks, LATE_LOOK_MAX)
+            if looked:
+                self._late_looks += 1
         timeout = self.strategy.timeout
         # A rebuild's time-out is seen when it expires, not a wait late.
         deadlines = [t.started + timeout + TICK_SLACK for t in running
-                     if timeout and t.started is not None and
-                     t.started + timeout + TICK_SLACK > now]
+                     if timeout and t.started + timeout + TICK_SLACK > now]
         if deadlines:
             wait = min(wait, min(deadlines) - now)
         self._next_check = now + wait
@@ -1018,8 +1025,14 @@ class EvacuationJob:
                 self._check(env, task, records, ctx.snapshot, read)
             for task in unanswered:
                 self._reconcile(env, task, records)
-            self._pace(now, ended=any(t.state is not TaskState.IN_FLIGHT
-                                      for t in watching))
+            ended = sum(1 for t in watching
+                        if t.state is not TaskState.IN_FLIGHT)
+            if self.strategy.tracks and ctx.reuse:
+                # The slots of the rebuilds seen ending are this job's
+                # again at once (the next instance does not wait for the
+                # next tick): never more in flight than at the start.
+                budget += ended
+            self._pace(now, looked=True, ended=bool(ended))
         self._stop_if_given_up(env)
         if self._stopped is None:
             self._record(ctx)
@@ -1045,8 +1058,8 @@ class EvacuationJob:
         if unproven is not None:
             self._record(ctx)
             return dataclasses.replace(self.progress(), unproven=unproven)
-        if batch and self._next_check is None:
-            self._pace(now)  # the first rebuilds to look at
+        if batch:
+            self._pace(now)  # with the rebuilds just started
         self._record(ctx)
         return self.progress()
 

@@ -201,19 +201,12 @@ class Steps(tick.Plumbing):
         first host in name order cannot starve the others while it
         retries).
         """
-        tracks = self.drivers.evacuation.tracks
         cap = evacuation_conf.max_in_flight(self.conf)
-        used = 0
-        for other in self._all():
-            running = other.job.in_flight if (other.job and tracks) else 0
-            used += running + (other.budget if other.future is not None
-                               else 0)
-        free = max(0, cap - used)
+        held = self._holding
+        free = max(0, cap - sum(held(other) for other in self._all()))
         if wf is None:
             return free
-        sharing = [w for w in self._workflows.values()
-                   if w.state is S.EVACUATING and (
-                       w.job is None or w.job.wants_more())]
+        sharing = self._sharing()
         if len(sharing) <= 1:
             return free
         share = -(-cap // len(sharing))
@@ -221,10 +214,6 @@ class Steps(tick.Plumbing):
         for host in [h for h in grants
                      if h not in {w.host for w in sharing}]:
             del grants[host]  # done with: starts afresh next time
-
-        def held(w: HostWorkflow) -> int:
-            running = w.job.in_flight if (w.job and tracks) else 0
-            return running + (w.budget if w.future is not None else 0)
 
         # The free slots are handed out one at a time, each to the host
         # holding the fewest now, then to the one granted the fewest so
@@ -244,6 +233,26 @@ class Steps(tick.Plumbing):
         if mine:
             grants[wf.host] = grants.get(wf.host, 0) + mine
         return mine
+
+    def _holding(self, wf: HostWorkflow) -> int:
+        """The slots of the cap ``wf`` holds (see :meth:`_budget`).
+
+        Its rebuilds in flight (tracked strategies), and while its step
+        runs, its budget too; a step that may start new evacuations in
+        the slots of the rebuilds it sees ending (``StepContext.reuse``)
+        holds those slots until it ends.
+        """
+        tracks = self.drivers.evacuation.tracks
+        running = wf.job.in_flight if (wf.job and tracks) else 0
+        if wf.future is None:
+            return running
+        return max(running, wf.step_in_flight) + wf.budget
+
+    def _sharing(self) -> list[HostWorkflow]:
+        """The hosts being evacuated that want more slots."""
+        return [w for w in self._workflows.values()
+                if w.state is S.EVACUATING and (
+                    w.job is None or w.job.wants_more())]
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
@@ -282,6 +291,9 @@ class Steps(tick.Plumbing):
             wf.job.new_failure = new_failure
         budget = 0 if aftercare else self._budget(wf)
         wf.budget = budget
+        reuse = not aftercare and len(self._sharing()) <= 1
+        wf.step_in_flight = (wf.job.in_flight if reuse and
+                             self.drivers.evacuation.tracks else 0)
         prelude = (self._marking(wf) if wf.unmarked and not aftercare
                    else None)
         listing = self._listing
@@ -295,7 +307,7 @@ class Steps(tick.Plumbing):
                 lambda gave_up, stopped: self._record_give_ups(
                     wf, gave_up, stopped)),
             gave_up=wf.gave_up, stopped=wf.stopped, listing=listing,
-            prelude=prelude)
+            prelude=prelude, reuse=reuse)
         job = wf.job
 
         def done(progress):

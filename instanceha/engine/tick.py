@@ -147,7 +147,7 @@ class Plumbing:
             if only is not None and id(fut) not in only:
                 continue
             wf.future, on_done, wf.on_done = None, wf.on_done, None
-            wf.budget = 0
+            wf.budget = wf.step_in_flight = 0
             if not apply:
                 continue  # forgotten: the next leader resumes from Nova
             exc = fut.exception()

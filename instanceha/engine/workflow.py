@@ -135,6 +135,9 @@ class HostWorkflow:
     on_done: Callable | None = None
     #: Evacuations the running job may start (counted against the cap).
     budget: int = 0
+    #: Its rebuilds in flight when the running job's step began, if that
+    #: step may use their slots again (0 otherwise).
+    step_in_flight: int = 0
     attempts: int = 0
     retry_at: float = 0.0
     kdump: bool = False
