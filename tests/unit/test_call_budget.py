@@ -263,3 +263,36 @@ class TestPacedListings(testtools.TestCase):
                        if 'nova %s rebuilt' % host in line]
             self.assertTrue(done, host)
             self.assertLessEqual(max(done) - max(rebuilt), late, text)
+
+
+class TestSlotsReused(testtools.TestCase):
+
+    def test_next_instance_starts_as_a_rebuild_is_seen_ending(self):
+        # Smart, two slots, five instances on one failed host: each look
+        # that sees rebuilds end starts the next instances in the same
+        # step, never with more than two rebuilds in flight.
+        tmp = self.useFixture(fixtures.TempDir()).path
+        _, lines, _ = failure_calls(
+            tmp, '30 power-off compute-0\n',
+            'smart_evacuation = true\n\n[evacuation]\nmax_in_flight = 2')
+        text = '\n'.join(lines)
+        self.assertIn('compute-0 host_state enabled=true new=healthy', text)
+        in_flight = peak = 0
+        seen_done: list[float] = []
+        waits = []
+        for line in lines:
+            t = float(line.split()[0])
+            if ' ha compute-0 evacuate_requested ' in line:
+                in_flight += 1
+                if seen_done:
+                    waits.append(t - seen_done[-1])
+            elif ' nova compute-0 rebuilt ' in line:
+                in_flight -= 1
+            elif ' ha compute-0 evacuate_done ' in line:
+                seen_done.append(t)
+            peak = max(peak, in_flight)
+        self.assertEqual(2, peak, text)
+        # Three instances waited for a slot; each was asked for within
+        # the step (half a simulated second) that saw a rebuild end.
+        self.assertEqual(3, len(waits), text)
+        self.assertLessEqual(max(waits), 0.5, text)
