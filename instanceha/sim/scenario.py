@@ -18,7 +18,9 @@
                    instances, and a ``simulation:`` section (end time,
                    copies of the service, timings, ``nova_checks_unforce``:
                    Nova refuses to clear forced_down while a host's
-                   evacuation records are done, as its API does)
+                   evacuation records are done, as its API does;
+                   ``nova_stamps_writes``: Nova stamps updated_at on
+                   every write of a service, as it does)
 ``instanceha.conf`` the service's configuration, the same options as in
                    production; a relative ``[fencing] config_file`` is
                    read from the case directory
@@ -261,6 +263,7 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
     timing = sim_world.Timing(**(sc.settings.get('timing') or {}))
     w = sim_world.World(clock, log, timing)
     w.unforce_checked = bool(sc.settings.get('nova_checks_unforce', False))
+    w.stamps_writes = bool(sc.settings.get('nova_stamps_writes', False))
     defaults = topo.get('defaults') or {}
     hosts = _merge(_expand_hosts(topo), state.get('hosts'))
     if not hosts:

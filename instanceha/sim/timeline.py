@@ -166,6 +166,7 @@ class Timeline:
             h.status = 'disabled' if name == 'disable' else 'enabled'
             h.disabled_reason = ' '.join(a[1:]) or None if (
                 name == 'disable') else None
+            w.stamp_write(h)
             if h.disabled_reason:
                 details['reason'] = h.disabled_reason
         elif name == 'capacity':

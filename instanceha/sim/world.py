@@ -167,6 +167,9 @@ class Host:
     hb_since: float | None = 0.0
     #: Last heartbeat Nova received (when not heartbeating).
     last_hb: float | None = None
+    #: Nova's last write of its service record through the API (when
+    #: :attr:`World.stamps_writes`): it stamps updated_at too.
+    written_at: float | None = None
     kdump_start: float | None = None
     kdump_end: float | None = None
     #: A fencing device confirmed this host off since it last booted.
@@ -297,6 +300,12 @@ class World:
         #: {nova_checks_unforce: true}``; off by default, as the stories
         #: written before it).
         self.unforce_checked = False
+        #: Nova stamps a service's updated_at on every write through its
+        #: API too, not only with nova-compute's reports (its state
+        #: follows the reports alone: ``last_seen_up``), as real Nova
+        #: does (``simulation: {nova_stamps_writes: true}``; off by
+        #: default, as the stories written before it).
+        self.stamps_writes = False
         #: Injected Nova API faults, oldest first.
         self.nova_faults: list[NovaFault] = []
         #: Nova's API cannot be reached at all (``nova down``).
@@ -554,8 +563,15 @@ class World:
             return model.DOWN
         return model.UP
 
+    def stamp_write(self, h: Host) -> None:
+        """A write of ``h``'s service record through Nova's API."""
+        if self.stamps_writes:
+            h.written_at = self.clock.t
+
     def service_model(self, h: Host) -> model.Service:
         ts = self._updated_at(h)
+        if h.written_at is not None and (ts is None or h.written_at > ts):
+            ts = h.written_at  # updated_at only; the state follows reports
         return model.Service(
             id=h.id, host=h.name, state=self.service_state(h),
             status=h.status, forced_down=h.forced_down,
@@ -870,4 +886,5 @@ class World:
             h.disabled_reason = disabled_reason
         if forced_down is not None:
             h.forced_down = forced_down
+        self.stamp_write(h)
         return self.service_model(h)
