@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The evacuation of one fenced host: the mechanism (R10, R12, R17).
+"""The evacuation of one fenced host: the mechanism.
 
 For each fenced host the engine asks the configured strategy (a policy
 plugin, :mod:`instanceha.plugins.evacuation.base`) for an
@@ -25,7 +25,7 @@ only: the order (``priority``), which pending instances may start now
 strategy decides, Nova's scheduler validates), retries, time-outs and
 locking.
 
-Restart limits (R17): an instance is retried on the same destination at
+Restart limits: an instance is retried on the same destination at
 most ``[evacuation] same_target_retries`` times, then on other hosts, and
 after ``retries`` retries in all it is given up (a terminal state that
 marks its host FAILED). Between two attempts of one instance the job waits
@@ -207,7 +207,7 @@ class InstanceTask:
     known: set[str] = dataclasses.field(default_factory=set)
     #: The record of the attempt being watched, once seen.
     current: str | None = None
-    #: Destination host -> failed rebuilds there (R17).
+    #: Destination host -> failed rebuilds there (restart limits).
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Host asked for in the next/current call; None lets Nova choose.
     target: str | None = None
@@ -322,7 +322,7 @@ class StepContext:
     #: What the marker recorded before a restart (short ids, see
     #: :func:`instanceha.engine.marker.short_id`): never evacuated again.
     gave_up: tuple[str, ...] = ()
-    #: The marker says this host's evacuation was stopped (R12): nothing
+    #: The marker says this host's evacuation was stopped: nothing
     #: pending is started any more.
     stopped: bool = False
     #: This tick's listing of evacuation records, shared by every job
@@ -520,13 +520,13 @@ class EvacuationJob:
                                % len(recs))
                 task.locked_by_us = ours
             elif srv.status not in model.EVACUABLE_STATUSES:
-                # Nova evacuates only ACTIVE, ERROR and SHUTOFF (R10);
+                # Nova evacuates only ACTIVE, ERROR and SHUTOFF;
                 # say so, so that nobody waits for it.
                 self._emit(env, events.EVACUATE_SKIPPED, server=srv.id,
                            status=srv.status)
                 continue
             elif stopped:
-                # R12: this host's evacuation stopped before a restart.
+                # This host's evacuation stopped before a restart.
                 task.state = TaskState.FAILED
                 task.reason = ('not evacuated: evacuation of %s stopped '
                                'before a restart' % self.host)
@@ -598,7 +598,7 @@ class EvacuationJob:
         choose; a host we name is still validated by Nova's scheduler,
         never forced). ``first``: the host the job was begun with (the
         reserved spare, see the reservation's ``evacuation_target``).
-        After failures, R17: the same destination a bounded number of
+        After failures (restart limits): the same destination a bounded number of
         times, then the least-failed other host that is up and enabled.
         """
         if first:
@@ -812,7 +812,7 @@ class EvacuationJob:
                       % rec.status)
         # A record without a destination ("No valid host") failed on the
         # host we asked for, if we asked for one (a full spare): it counts
-        # against that host, so that the next attempts go elsewhere (R17).
+        # against that host, so that the next attempts go elsewhere.
         self._failed_attempt(env, task, rec.dest_host or task.target,
                              reason, snapshot, events.EVACUATE_FAILED,
                              dest=rec.dest_host, reason=reason)
@@ -824,7 +824,7 @@ class EvacuationJob:
         The strategy sees a read-only :class:`placement.PlacementView`
         (never the environment) and returns a host, or None for Nova's
         scheduler; the built-in strategies keep the engine's proposal
-        (``task.target``: the reserved spare, R17's next host). The hosts'
+        (``task.target``: the reserved spare, the next host after failures). The hosts'
         vCPUs are read from the cloud at most once per step, and only if
         the strategy looks at them; the calls of this step are counted
         in. A strategy that fails leaves the engine's proposal: placement
@@ -910,8 +910,8 @@ class EvacuationJob:
             if nova_failed(exc):
                 self._unanswered(env, task, exc)
                 return
-            # A refusal naming a target may be the target's fault (R17:
-            # after same_target_retries, try elsewhere).
+            # A refusal naming a target may be the target's fault: after
+            # same_target_retries, try elsewhere.
             self._failed_attempt(env, task, task.target,
                                  'evacuate refused: %s' % exc, snapshot,
                                  events.EVACUATE_REFUSED, reason=str(exc))
@@ -1131,7 +1131,7 @@ class EvacuationJob:
         A restarted service reads it from the marker, so an instance
         given up (a rebuild that timed out included, which leaves no
         failed record) is never evacuated again, and a host whose
-        evacuation stopped (R12) stays stopped.
+        evacuation stopped stays stopped.
         """
         failed = tuple(sorted(marker_mod.short_id(t.server_id)
                               for t in self.tasks.values()
@@ -1159,7 +1159,7 @@ class EvacuationJob:
         return read
 
     def _stop_if_given_up(self, env) -> None:
-        """R12: once one instance is given up, evacuate nothing more.
+        """Once one instance is given up, evacuate nothing more.
 
         Rebuilds already running are left to finish (never disturbed);
         instances not yet started are reported as not evacuated, so the

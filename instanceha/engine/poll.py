@@ -277,7 +277,7 @@ class Poll(tick.Plumbing):
 
     @staticmethod
     def _log_plan(plan: plan_mod.Plan, blocks: bool = True) -> None:
-        """Healthy hosts at debug; anything else is news (R5: logged).
+        """Healthy hosts at debug; anything else is news (logged).
 
         A whole-plan block (a mass failure) is a warning, once a poll.
         """
@@ -317,7 +317,7 @@ class Poll(tick.Plumbing):
                                 recovering=recovering)
 
     def _report_held(self, snapshot, now, recovering) -> None:
-        """Detect-only mode (R6): say every poll what is not being done.
+        """Detect-only mode: say every poll what is not being done.
 
         A failed host the plan would recover, and every host whose
         recovery is held where it stopped, gets a ``recovery_held``
