@@ -124,6 +124,9 @@ class CountingProxy(object):
                 pass
 
             def _forward(self):
+                # When the call reaches Nova (not when Nova answers: an
+                # evacuate takes Nova a few hundred milliseconds).
+                arrived = time.monotonic()
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else b''
                 headers = {k: v for k, v in self.headers.items()
@@ -148,7 +151,7 @@ class CountingProxy(object):
                     conn.close()
                 with proxy.lock:
                     proxy.records.append((
-                        time.monotonic(),
+                        arrived,
                         classify(self.command, self.path, body),
                         len(body), len(data)))
 
