@@ -114,21 +114,29 @@ class TestReads(testtools.TestCase):
         self.assertNotIn('off-0001', found)  # starting: not SHUTOFF
         self.assertEqual(self.rig.stopped_in_nova(), found)
 
+    def _after_changes_listing(self, effect):
+        """Run ``effect`` as the second poll's listing of changes ends."""
+        rig = self.rig
+        listing = rig.cloud.stopped_servers
+
+        def wrapped(since=None):
+            answer = listing(since)
+            if since is not None and rig.clock.t < START + 2 * POLL:
+                effect()
+            return answer
+        rig.cloud.stopped_servers = wrapped
+
     def test_a_change_during_the_read_is_listed_by_the_next(self):
         # The second listing takes 40 s (pages of a big cloud); a server
         # stopped 10 s into it is not in its answer. The next read asks
         # for the changes since that listing started, not ended.
         rig = self.rig
-        listing = rig.cloud.stopped_servers
 
-        def slow(since=None):
-            answer = listing(since)
-            if since is not None and rig.clock.t < START + 2 * POLL:
-                rig.at(rig.clock.t + 10)
-                guests.user_power(rig.world, 'b', on=False)
-                rig.at(rig.clock.t + 30)
-            return answer
-        rig.cloud.stopped_servers = slow
+        def slow():
+            rig.at(rig.clock.t + 10)
+            guests.user_power(rig.world, 'b', on=False)
+            rig.at(rig.clock.t + 30)
+        self._after_changes_listing(slow)
         (first, _), (second, _) = self.polls(START, START + POLL)
         self.assertNotIn('b', first)
         self.assertNotIn('b', second)
@@ -140,15 +148,11 @@ class TestReads(testtools.TestCase):
         # transaction ends: a change stamped 5 s before a read can be
         # missing from it. The next read reaches back far enough.
         rig = self.rig
-        listing = rig.cloud.stopped_servers
 
-        def late(since=None):
-            answer = listing(since)
-            if since is not None and rig.clock.t < START + 2 * POLL:
-                guests.user_power(rig.world, 'b', on=False)
-                rig.world.servers['b'].changed_at = rig.clock.t - 5
-            return answer
-        rig.cloud.stopped_servers = late
+        def late():
+            guests.user_power(rig.world, 'b', on=False)
+            rig.world.servers['b'].changed_at = rig.clock.t - 5
+        self._after_changes_listing(late)
         (_, _), (second, _), (third, _) = self.polls(
             START, START + POLL, START + 2 * POLL)
         self.assertNotIn('b', second)
