@@ -718,13 +718,29 @@ class EvacuationJob:
             return False
         return self._next_check is None or now >= self._next_check
 
+    def _only_the_last_ends(self, running: list[InstanceTask]) -> bool:
+        """Whether only the end of the last running rebuild matters.
+
+        Fire-and-forget with no lock of ours to lift and no instance
+        waiting for a slot: a rebuild seen ending frees nothing and
+        changes nothing; the last one's end lets the host be powered on.
+        Tracked strategies look at each end (a failed rebuild is retried
+        at once).
+        """
+        if self.strategy.tracks or any(t.locked_by_us or t.verify_lock
+                                       for t in running):
+            return False
+        return not any(t.state is TaskState.PENDING
+                       for t in self.tasks.values())
+
     def _pace(self, now: float, looked: bool = False,
               ended: bool = False) -> None:
         """When to look at the running rebuilds next.
 
-        At the expected end of the earliest one (at most ``CHECK_MAX``
-        ahead): the rebuild time :class:`RebuildPace` learned, or
-        ``FIRST_LOOK`` before one was seen ending. Rebuilds past their
+        At the expected end of the earliest one, or of the latest when
+        only that matters (:meth:`_only_the_last_ends`), at most
+        ``CHECK_MAX`` ahead: the rebuild time :class:`RebuildPace`
+        learned, or ``FIRST_LOOK`` before one was seen ending. Rebuilds past their
         expected end are looked at after 1, 2, 4 ... seconds (at most
         ``LATE_LOOK_MAX``; the wait grows with each ``looked`` that saw
         them still running), from 1 again whenever a look saw one end
@@ -745,7 +761,8 @@ class EvacuationJob:
             self._late_looks = 0
         wait = CHECK_MAX
         if ends:
-            wait = min(wait, min(ends) - now)
+            wait = min(wait, (max(ends) if self._only_the_last_ends(
+                running) else min(ends)) - now)
         if len(ends) < len(running):  # some are past their expected end
             wait = min(wait, 2.0 ** self._late_looks, LATE_LOOK_MAX)
             if looked:
