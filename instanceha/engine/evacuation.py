@@ -721,14 +721,13 @@ class EvacuationJob:
     def _only_the_last_ends(self, running: list[InstanceTask]) -> bool:
         """Whether only the end of the last running rebuild matters.
 
-        Fire-and-forget with no lock of ours to lift and no instance
-        waiting for a slot: a rebuild seen ending frees nothing and
-        changes nothing; the last one's end lets the host be powered on.
-        Tracked strategies look at each end (a failed rebuild is retried
-        at once).
+        No lock of ours to lift and no instance waiting for a slot: a
+        rebuild seen ending frees nothing and changes nothing; the last
+        one's end moves the host on. (A rebuild Nova fails early is then
+        retried at the latest one's expected end: rebuilds started
+        together are expected to end together.)
         """
-        if self.strategy.tracks or any(t.locked_by_us or t.verify_lock
-                                       for t in running):
+        if any(t.locked_by_us or t.verify_lock for t in running):
             return False
         return not any(t.state is TaskState.PENDING
                        for t in self.tasks.values())
