@@ -598,8 +598,9 @@ class EvacuationJob:
         choose; a host we name is still validated by Nova's scheduler,
         never forced). ``first``: the host the job was begun with (the
         reserved spare, see the reservation's ``evacuation_target``).
-        After failures (restart limits): the same destination a bounded number of
-        times, then the least-failed other host that is up and enabled.
+        After failures (restart limits): the same destination a bounded
+        number of times, then the least-failed other host that is up and
+        enabled.
         """
         if first:
             return self.target
@@ -739,11 +740,11 @@ class EvacuationJob:
         At the expected end of the earliest one, or of the latest when
         only that matters (:meth:`_only_the_last_ends`), at most
         ``CHECK_MAX`` ahead: the rebuild time :class:`RebuildPace`
-        learned, or ``FIRST_LOOK`` before one was seen ending. Rebuilds past their
-        expected end are looked at after 1, 2, 4 ... seconds (at most
-        ``LATE_LOOK_MAX``; the wait grows with each ``looked`` that saw
-        them still running), from 1 again whenever a look saw one end
-        (``ended``): its siblings are likely close behind. So a rebuild
+        learned, or ``FIRST_LOOK`` before one was seen ending. Rebuilds
+        past their expected end are looked at after 1, 2, 4 ... seconds
+        (at most ``LATE_LOOK_MAX``; the wait grows with each ``looked``
+        that saw them still running), from 1 again whenever a look saw
+        one end (``ended``): its siblings are likely close behind. So a rebuild
         is seen ending at most ``LATE_LOOK_MAX`` seconds late, with a
         few listings per failure instead of one per tick; a time-out
         (``[evacuation] timeout``) is looked at when it expires.
@@ -840,11 +841,12 @@ class EvacuationJob:
         The strategy sees a read-only :class:`placement.PlacementView`
         (never the environment) and returns a host, or None for Nova's
         scheduler; the built-in strategies keep the engine's proposal
-        (``task.target``: the reserved spare, the next host after failures). The hosts'
-        vCPUs are read from the cloud at most once per step, and only if
-        the strategy looks at them; the calls of this step are counted
-        in. A strategy that fails leaves the engine's proposal: placement
-        is advice, never a reason not to evacuate.
+        (``task.target``: the reserved spare, the next host after
+        failures). The hosts' vCPUs are read from the cloud at most once
+        per step, and only if the strategy looks at them; the calls of
+        this step are counted in. A strategy that fails leaves the
+        engine's proposal: placement is advice, never a reason not to
+        evacuate.
         """
         read: list = []
         asked: dict[str, list[str]] = {}
