@@ -38,6 +38,7 @@ import datetime
 import logging
 import typing
 
+from instanceha.conf import instance_failure as instance_failure_conf
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
@@ -146,11 +147,15 @@ class Crash:
     reason: str
 
 
-def _opt(conf, name: str, default):
+#: The options' defaults, for a conf without the group (unit tests).
+_DEFAULTS = {opt.dest: opt.default for opt in instance_failure_conf.OPTS}
+
+
+def _opt(conf, name: str):
     try:
         return getattr(conf.instance_failure, name)
     except Exception:  # a conf without the group: its default
-        return default
+        return _DEFAULTS[name]
 
 
 def _context(snapshot: model.Snapshot,
@@ -203,7 +208,7 @@ class InstanceFailures:
 
     def watching(self) -> bool:
         """Whether crashed instances are looked for at all."""
-        return bool(_opt(self.conf, 'enabled', True) and self.detector
+        return bool(_opt(self.conf, 'enabled') and self.detector
                     and self.strategy)
 
     # -- the poll --------------------------------------------------------
@@ -250,7 +255,7 @@ class InstanceFailures:
         (our records: see the functional test of ``stopped_servers``).
         """
         cloud = self.env.cloud
-        every = int(_opt(self.conf, 'full_read_every', 20))
+        every = int(_opt(self.conf, 'full_read_every'))
         # Taken before the listing: whatever changes while it runs is
         # listed again by the next one.
         started = snapshot.nova_now(now)
@@ -349,7 +354,7 @@ class InstanceFailures:
                 continue  # never its instances (e.g. an untagged host)
             servers.extend(decide.eligible_servers(
                 filters, host, snapshot, context)[0])
-        reads = int(_opt(self.conf, 'action_reads_per_cycle', 20))
+        reads = int(_opt(self.conf, 'action_reads_per_cycle'))
         crashes: list[Crash] = []
         stopped = set()
         for srv in servers:
@@ -398,7 +403,7 @@ class InstanceFailures:
     def _act_on(self, crashes: list[Crash],
                 now: datetime.datetime, paused: bool) -> None:
         names = tuple(c.server.name or c.server.id for c in crashes)
-        storm = int(_opt(self.conf, 'storm_size', 10))
+        storm = int(_opt(self.conf, 'storm_size'))
         if paused:
             self._report(names, 'instance HA is paused')
             return
@@ -407,7 +412,7 @@ class InstanceFailures:
                          'than [instance_failure] storm_size (%d); nothing is '
                          'restarted' % (len(crashes), storm))
             return
-        cap = int(_opt(self.conf, 'max_per_cycle', 5))
+        cap = int(_opt(self.conf, 'max_per_cycle'))
         for crash in crashes[:cap]:
             self._act(crash, now)
         self._report(names[cap:], 'cap of %d per cycle ([instance_failure] '
@@ -428,7 +433,7 @@ class InstanceFailures:
         from instanceha.plugins.instance_failure import base
         srv = crash.server
         rec = crash.record or Record(nova_clock=True)
-        stable = int(_opt(self.conf, 'stable_time', 600))
+        stable = int(_opt(self.conf, 'stable_time'))
         reason = crash.reason
         if (rec.at is not None and crash.stop
                 is not None and crash.stop.start_time is not None and
@@ -486,7 +491,7 @@ class InstanceFailures:
         if srv.task_state:
             return None  # Nova is still at it
         waited = (now - rec.at).total_seconds() if rec.at else 0.0
-        timeout = int(_opt(self.conf, 'start_timeout', 300))
+        timeout = int(_opt(self.conf, 'start_timeout'))
         if srv.status == 'ERROR':
             return Crash(srv, rec, None, 'the %s ended in ERROR' % (
                 'relocation' if rec.state == RELOCATING else 'start'))
@@ -560,7 +565,7 @@ class InstanceFailures:
             self._write(srv, dataclasses.replace(rec, state=RUNNING,
                                                  at=now))
             return
-        stable = int(_opt(self.conf, 'stable_time', 600))
+        stable = int(_opt(self.conf, 'stable_time'))
         if (srv.status != 'ACTIVE' or rec.at is None or
                 (now - rec.at).total_seconds() < stable):
             return
