@@ -140,6 +140,10 @@ def lock_of_ours(server: model.Server) -> tuple[str | None, str | None]:
     return m.group('host'), m.group('was')
 
 
+#: Statuses an evacuated instance is given back after its rebuild.
+RESTORED = frozenset({'ERROR', 'SHUTOFF'})
+
+
 def restore_status(cloud: ports.CloudPort, server: model.Server,
                    want: str | None) -> str | None:
     """SHUTOFF stays SHUTOFF, ERROR goes back to ERROR after a rebuild.
@@ -722,13 +726,15 @@ class EvacuationJob:
     def _only_the_last_ends(self, running: list[InstanceTask]) -> bool:
         """Whether only the end of the last running rebuild matters.
 
-        No lock of ours to lift and no instance waiting for a slot: a
+        No lock of ours to lift, no status to restore (an instance that
+        was stopped or in error) and no instance waiting for a slot: a
         rebuild seen ending frees nothing and changes nothing; the last
         one's end moves the host on. (A rebuild Nova fails early is then
         retried at the latest one's expected end: rebuilds started
         together are expected to end together.)
         """
-        if any(t.locked_by_us or t.verify_lock for t in running):
+        if any(t.locked_by_us or t.verify_lock or
+               t.original_status in RESTORED for t in running):
             return False
         return not any(t.state is TaskState.PENDING
                        for t in self.tasks.values())
