@@ -29,6 +29,8 @@ poll cycle, and records, in seconds after the power-off:
 - ``fencing``: the service starts fencing (its log), ``fenced``: the
   power-off is confirmed;
 - ``first_evacuate``: the first evacuate call reaches Nova;
+  ``last_evacuate``: the last one does (``first_to_last_evacuate``: how
+  long the evacuate calls of the host's instances took to be made);
 - ``all_active``: every server of the host runs elsewhere (its
   evacuation record done, status back to what it was, no task);
 - ``power_on``: the service powered the host back on (BMC);
@@ -176,6 +178,10 @@ class CountingProxy(object):
                 if r[0] >= after and r[1] == kind:
                     return r[0]
         return None
+
+    def last(self, kind: str, after: float, before: float) -> float | None:
+        times = [r[0] for r in self.between(after, before) if r[1] == kind]
+        return max(times) if times else None
 
     def close(self):
         self.server.shutdown()
@@ -411,6 +417,9 @@ class Bench(object):
         first = self.proxy.first('action:evacuate', t0)
         if first is not None:
             marks['first_evacuate'] = round(first - t0, 2)
+        last = self.proxy.last('action:evacuate', t0, t_end)
+        if last is not None:
+            marks['last_evacuate'] = round(last - t0, 2)
         for name, state in (('fencing', 'fencing'), ('fenced', 'fenced')):
             times = [t for t in log_times(self.log, 'host_state %s ' % host,
                                           ' new=%s ' % state)
@@ -430,6 +439,9 @@ class Bench(object):
         if 'first_evacuate' in marks and 'all_active' in marks:
             marks['first_evacuate_to_all_active'] = round(
                 marks['all_active'] - marks['first_evacuate'], 2)
+        if 'first_evacuate' in marks and 'last_evacuate' in marks:
+            marks['first_to_last_evacuate'] = round(
+                marks['last_evacuate'] - marks['first_evacuate'], 2)
         return dict(
             marks, host=host, instances=len(victims),
             finished='enabled' in marks,
@@ -486,9 +498,11 @@ ROWS = [
     ('fencing', 'fencing starts (s)'),
     ('fenced', 'power-off confirmed (s)'),
     ('first_evacuate', 'first evacuate call (s)'),
+    ('last_evacuate', 'last evacuate call (s)'),
     ('all_active', 'every server ACTIVE elsewhere (s)'),
     ('fenced_to_first_evacuate', 'power-off confirmed to first evacuate (s)'),
     ('first_evacuate_to_all_active', 'first evacuate to all ACTIVE (s)'),
+    ('first_to_last_evacuate', 'first evacuate to last evacuate (s)'),
     ('power_on', 'host powered on (s)'),
     ('nova_up', 'Nova reports it up (s)'),
     ('enabled', 'host enabled again (s)'),
