@@ -20,9 +20,10 @@ kind), the failure's calls beyond them by kind (the port method making
 them), and per evacuated instance; and where the time goes, in simulated
 seconds: power-off confirmed to the first evacuate call, first evacuate
 to the last instance rebuilt (by Nova), and that against one rebuild's
-time (1.0: every instance rebuilt as soon as the first; above 1 when the
-instances do not all fit in ``max_in_flight`` at once, see
-``--workers``). As JSON with ``--json``::
+time (1.0: every instance rebuilt as soon as the first; above 1 in smart
+mode when the instances do not all fit in ``max_in_flight`` at once, see
+``--workers``; fire-and-forget bounds only the evacuate calls running at
+once, and the simulator's calls take no time). As JSON with ``--json``::
 
     python benchmarks/failure_calls.py
     python benchmarks/failure_calls.py --rebuild-time 20 --json

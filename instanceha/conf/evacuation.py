@@ -45,7 +45,8 @@ OPTS = [
                help='Most instance evacuations running at once, over all '
                     'hosts being recovered (smart and orchestrated; '
                     'fire-and-forget does not wait for rebuilds, for it '
-                    'this bounds the evacuate calls started per tick). 0 '
+                    'this bounds the evacuate calls running at once, the '
+                    'next starting as soon as one returns). 0 '
                     '(default) means [DEFAULT] workers, as in Red Hat '
                     'InstanceHA (WORKERS: how many instances are evacuated at '
                     'the same time).'),

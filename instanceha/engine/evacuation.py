@@ -18,9 +18,11 @@ plugin, :mod:`instanceha.plugins.evacuation.base`) for an
 tick in a worker thread. A step checks the instances already being
 rebuilt (through Nova's migration records, so the truth is in Nova and
 survives a restart), restores their power state, unlocks them, and starts
-up to ``budget`` new evacuations. The strategy is consulted for policy
-only: the order (``priority``), which pending instances may start now
-(``ready``), where each goes (``choose_target``, from a read-only
+up to ``budget`` new evacuations (fire-and-forget: every ready instance,
+``budget`` calls at most at once, the next starting as one returns). The
+strategy is consulted for policy only: the order (``priority``), which
+pending instances may start now (``ready``), where each goes
+(``choose_target``, from a read-only
 :class:`instanceha.engine.placement.PlacementView`: the job proposes, the
 strategy decides, Nova's scheduler validates), retries, time-outs and
 locking.
@@ -176,13 +178,17 @@ def nova_failed(exc: exceptions.CloudError) -> bool:
     return status is None or status >= 500
 
 
-def run_calls(env: ports.Environment, calls: list[Callable[[], object]]
-              ) -> list[BaseException | None]:
-    """``env.executor.run_calls(calls)``: a job's independent calls."""
+def run_calls(env: ports.Environment, calls: list[Callable[[], object]],
+              limit: int | None = None) -> list[BaseException | None]:
+    """``env.executor.run_calls(calls, limit)``: a job's independent calls.
+
+    At most ``limit`` at once (None: no bound); once one raised, none not
+    yet started is started.
+    """
     run = getattr(env.executor, 'run_calls', None)
     if run is None:  # an executor from before run_calls
         run = ports.Executor.run_calls.__get__(env.executor)
-    return run(calls)
+    return run(calls) if limit is None else run(calls, limit=limit)
 
 
 class TaskState(str, enum.Enum):
@@ -337,8 +343,11 @@ class StepContext:
     #: the step's reads (the records, the power proof), see
     #: :meth:`EvacuationJob._prepare`. Its error ends the step.
     prelude: Callable[[], None] | None = None
-    #: The slots of the rebuilds this step sees ending may be used at
-    #: once (tracked strategies; no other host waits for its share).
+    #: Slots may be used again within this step. Tracked strategies:
+    #: the slots of the rebuilds it sees ending (no other host shares
+    #: the cap). Fire-and-forget: a call's slot the moment the call
+    #: returns, so the step starts every ready instance, ``budget``
+    #: calls at most running at once (no other host waits for a slot).
     reuse: bool = False
 
 
@@ -1008,7 +1017,11 @@ class EvacuationJob:
                    confirmed='Nova carried out the unanswered call')
 
     def step(self, ctx: StepContext) -> Progress:
-        """Check running evacuations, then start up to ``ctx.budget``."""
+        """Check running evacuations, then start up to ``ctx.budget``.
+
+        Fire-and-forget with ``ctx.reuse``: every ready instance, up to
+        ``ctx.budget`` calls running at once.
+        """
         env = ctx.env
         if env.guard is not None:
             # A job queued while this copy led may run after it stopped
@@ -1071,14 +1084,17 @@ class EvacuationJob:
             return self.progress()
         choose = self._placer(env, ctx.snapshot)
         batch: list[InstanceTask] = []
-        if proof is not None and env.coordinator.is_leader():
+        # Fire-and-forget with slots reused: the budget bounds the calls
+        # running at once (``_start_all``), not the calls of the step.
+        streams = ctx.reuse and not self.strategy.tracks
+        if proof is not None and budget > 0 and env.coordinator.is_leader():
             for task in self.strategy.ready(self._sorted()):
-                if len(batch) >= budget:
+                if len(batch) >= budget and not streams:
                     break
                 if task.not_before is not None and now < task.not_before:
                     continue  # backing off after a failed attempt
                 batch.append(task)
-        unproven = self._start_all(env, ctx, batch, proof, choose)
+        unproven = self._start_all(env, ctx, batch, proof, choose, budget)
         if unproven is not None:
             self._record(ctx)
             return dataclasses.replace(self.progress(), unproven=unproven)
@@ -1113,17 +1129,20 @@ class EvacuationJob:
 
     def _start_all(self, env, ctx: StepContext, batch: list[InstanceTask],
                    proof: ports.PowerProof | None,
-                   choose: Callable[[InstanceTask], str | None]
-                   ) -> ports.PowerReading | None:
+                   choose: Callable[[InstanceTask], str | None],
+                   limit: int) -> ports.PowerReading | None:
         """Start the evacuations of ``batch``; what a failed proof read.
 
         The host's power is read first (before any lock: a host found on
         keeps its instances as they are), the targets are chosen one
         after the other (each choice sees those before it), then the
-        calls are made at once (``env.executor.run_calls``): a rebuild
-        does not wait for the evacuate calls of the instances before it.
-        Each call still passes the cloud port's guard (leadership, and
-        the proof, read again should it be older than ``PROOF_TTL``).
+        calls are made at once, ``limit`` at most at the same time, the
+        next starting the moment one returns (``env.executor.run_calls``):
+        a rebuild does not wait for the evacuate calls of the instances
+        before it. Each call still passes the cloud port's guard
+        (leadership, and the proof, read again should it be older than
+        ``PROOF_TTL``); once one fails (the host not proven off, this
+        copy no longer leading), no call not yet started is started.
         """
         if not batch or proof is None:
             return None
@@ -1140,7 +1159,8 @@ class EvacuationJob:
             with env.guard.proving(proof):
                 self._start(env, task, ctx.snapshot)
 
-        errors = run_calls(env, [lambda t=task: start(t) for task in batch])
+        errors = run_calls(env, [lambda t=task: start(t) for task in batch],
+                           limit=limit)
         for exc in errors:
             if exc is not None and not isinstance(exc, ports.PowerUnproven):
                 raise exc

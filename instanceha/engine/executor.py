@@ -38,18 +38,40 @@ class ThreadPoolExecutor(ports.Executor):
         #: instead of waiting for its interval.
         self.finished = threading.Event()
 
-    def run_calls(self, calls: list[Callable[[], object]]
+    def run_calls(self, calls: list[Callable[[], object]],
+                  limit: int | None = None
                   ) -> list[BaseException | None]:
         """Run a job's independent calls at once; wait for every one.
 
-        Each runs in a copy of the job's context, so what the job set
-        there (the power proof its evacuate calls need, the leadership
-        guard's deadline) holds for every call.
+        At most ``limit`` run at the same time (None: all of them, as
+        far as the ``workers`` threads go): the next starts the moment
+        one returns. Once a call raised, no call not yet started is
+        started (it gets None); those running are waited for. Each runs
+        in a copy of the job's context, so what the job set there (the
+        power proof its evacuate calls need, the leadership guard's
+        deadline) holds for every call.
         """
-        futures = [self._calls.submit(contextvars.copy_context().run, call)
-                   for call in calls]
-        concurrent.futures.wait(futures)
-        return [f.exception() for f in futures]
+        out: list[BaseException | None] = [None] * len(calls)
+        width = len(calls) if limit is None else max(1, limit)
+        waiting = iter(enumerate(calls))
+        running: dict[concurrent.futures.Future, int] = {}
+        failed = False
+        while True:
+            while not failed and len(running) < width:
+                nxt = next(waiting, None)
+                if nxt is None:
+                    break
+                i, call = nxt
+                running[self._calls.submit(
+                    contextvars.copy_context().run, call)] = i
+            if not running:
+                return out
+            done, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                out[i] = fut.exception()
+                failed = failed or out[i] is not None
 
     def submit(self, fn: Callable, *args, **kwargs
                ) -> concurrent.futures.Future:

@@ -384,14 +384,18 @@ class Executor(abc.ABC):
                ) -> concurrent.futures.Future:
         """Start ``fn(*args, **kwargs)``; return its future."""
 
-    def run_calls(self, calls: 'list[Callable[[], object]]'
+    def run_calls(self, calls: 'list[Callable[[], object]]',
+                  limit: int | None = None
                   ) -> 'list[BaseException | None]':
         """Run a job's independent calls (its evacuate calls); wait.
 
-        Returns what each raised (None: it returned). This default runs
-        them one after the other and stops at the first that raises
-        (those not run get None): the simulator's deterministic order.
-        The production pool runs them at once (see
+        At most ``limit`` at the same time (None: no bound), the next
+        starting as soon as one returns. Returns what each raised (None:
+        it returned, or was not started). Once one raised, no call not
+        yet started is started. This default runs them one after the
+        other (so within any ``limit``), stopping at the first that
+        raises: the simulator's deterministic order. The production pool
+        runs up to ``limit`` at once (see
         :class:`instanceha.engine.executor.ThreadPoolExecutor`).
         """
         out: list[BaseException | None] = [None] * len(calls)

@@ -195,20 +195,32 @@ class Steps(tick.Plumbing):
 
         Tracked strategies count the rebuilds they are watching (the
         ``[evacuation] max_in_flight``, by default ``workers``);
-        fire-and-forget does not wait for rebuilds, so for it the cap only
-        bounds the calls started per tick. The cap is shared fairly: each
-        host being evacuated may hold at most its share of it (so the
-        first host in name order cannot starve the others while it
-        retries).
+        fire-and-forget does not wait for rebuilds, so for it the cap
+        bounds the evacuate calls running at any moment (see
+        :meth:`_grant`). The cap is shared fairly: each host being
+        evacuated may hold at most its share of it (so the first host in
+        name order cannot starve the others while it retries).
+        """
+        return self._grant(wf)[0]
+
+    def _grant(self, wf: HostWorkflow | None = None) -> tuple[int, bool]:
+        """(``wf``'s budget, whether another host waits for a slot).
+
+        Another host waits when it wants slots but holds none and is
+        handed none of those free now. While none waits, a
+        fire-and-forget step may start every ready instance of its host,
+        its budget then bounding the calls running at once (a slot is
+        used again the moment its call returns); one that does wait gets
+        its turn at the next step instead.
         """
         cap = evacuation_conf.max_in_flight(self.conf)
         held = self._holding
         free = max(0, cap - sum(held(other) for other in self._all()))
         if wf is None:
-            return free
+            return free, False
         sharing = self._sharing()
         if len(sharing) <= 1:
-            return free
+            return free, False
         share = -(-cap // len(sharing))
         grants = self._grants
         for host in [h for h in grants
@@ -232,7 +244,9 @@ class Steps(tick.Plumbing):
         mine = given.get(wf.host, 0)
         if mine:
             grants[wf.host] = grants.get(wf.host, 0) + mine
-        return mine
+        waits = any(held(w) + given[w.host] == 0 for w in sharing
+                    if w is not wf)
+        return mine, waits
 
     def _holding(self, wf: HostWorkflow) -> int:
         """The slots of the cap ``wf`` holds (see :meth:`_budget`).
@@ -289,11 +303,16 @@ class Steps(tick.Plumbing):
             wf.job.since_skew = wf.since_skew
             wf.job.pace = self._rebuild_pace
             wf.job.new_failure = new_failure
-        budget = 0 if aftercare else self._budget(wf)
+        budget, waits = (0, True) if aftercare else self._grant(wf)
         wf.budget = budget
-        reuse = not aftercare and len(self._sharing()) <= 1
-        wf.step_in_flight = (wf.job.in_flight if reuse and
-                             self.drivers.evacuation.tracks else 0)
+        tracks = self.drivers.evacuation.tracks
+        # Slots used again within the step: tracked, the slots of the
+        # rebuilds it sees ending, while no other host shares the cap;
+        # fire-and-forget, a call's slot the moment it returns, while no
+        # other host waits for a slot (the budget stays held meanwhile).
+        reuse = not aftercare and (len(self._sharing()) <= 1 if tracks
+                                   else not waits)
+        wf.step_in_flight = wf.job.in_flight if reuse and tracks else 0
         prelude = (self._marking(wf) if wf.unmarked and not aftercare
                    else None)
         listing = self._listing
