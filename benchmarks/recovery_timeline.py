@@ -25,7 +25,10 @@ Each run waits a steady-state window (every host healthy), then powers the
 host holding the most servers off at its BMC at a random moment of the
 poll cycle, and records, in seconds after the power-off:
 
-- ``nova_down``: Nova reports the host's compute service down;
+- ``nova_down``: Nova reports the host's compute service down: its last
+  heartbeat plus Nova's ``service_down_time`` (when its state turns;
+  ``nova_down_seen``: when this benchmark's watch saw it), and
+  ``nova_down_to_fencing``: from there to the service's fencing;
 - ``fencing``: the service starts fencing (its log), ``fenced``: the
   power-off is confirmed;
 - ``first_evacuate``: the first evacuate call reaches Nova;
@@ -264,19 +267,24 @@ def log_times(path: str, *patterns: str) -> list[float]:
     return out
 
 
+def stamp_of(svc) -> float | None:
+    """Nova's ``updated_at`` of ``svc`` (UTC) as a time stamp; None."""
+    raw = (getattr(svc, 'updated_at', None) or '').rstrip('Z')
+    try:
+        return datetime.datetime.fromisoformat(raw).replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
 def reported_after(svc, when: float) -> bool:
     """Whether Nova stamped ``svc`` (``updated_at``, UTC) after ``when``.
 
     Nova stamps a forced-down service with nova-compute's reports too;
     here, on the machine of Nova and the benchmark, one clock.
     """
-    raw = (getattr(svc, 'updated_at', None) or '').rstrip('Z')
-    try:
-        stamp = datetime.datetime.fromisoformat(raw).replace(
-            tzinfo=datetime.timezone.utc).timestamp()
-    except ValueError:
-        return False
-    return stamp > when
+    stamp = stamp_of(svc)
+    return stamp is not None and stamp > when
 
 
 # -- one run -------------------------------------------------------------------
@@ -389,8 +397,14 @@ class Bench(object):
             if name not in marks:
                 marks[name] = round((when or time.monotonic()) - t0, 2)
 
+        # The host's last heartbeat: its updated_at while no one wrote
+        # its service record (not forced down, enabled).
+        last_beat = None
         while time.monotonic() < deadline and 'enabled' not in marks:
             svc = self.service(host)
+            if 'nova_down' not in marks and not svc.forced_down and \
+                    svc.status == 'enabled':
+                last_beat = stamp_of(svc) or last_beat
             if svc.state == 'down':
                 mark('nova_down')
             if 'power_on' not in marks and \
@@ -433,6 +447,16 @@ class Bench(object):
         extra_kinds = beyond_steady(kinds, _count(steady), s_end - s_start,
                                     t_end - t0)
         extra = sum(extra_kinds.values())
+        if 'nova_down' in marks and last_beat is not None:
+            # The moment Nova's own state turned (the loop above sees it
+            # up to a turn of the loop later): the last heartbeat plus
+            # Nova's service_down_time, on the one clock of this machine.
+            marks['nova_down_seen'] = marks['nova_down']
+            marks['nova_down'] = min(marks['nova_down'], round(
+                last_beat + self.nova.service_down_time - t0_wall, 2))
+        if 'fencing' in marks and 'nova_down' in marks:
+            marks['nova_down_to_fencing'] = round(
+                marks['fencing'] - marks['nova_down'], 2)
         if 'first_evacuate' in marks and 'fenced' in marks:
             marks['fenced_to_first_evacuate'] = round(
                 marks['first_evacuate'] - marks['fenced'], 2)
@@ -496,6 +520,7 @@ def _count(records) -> dict:
 ROWS = [
     ('nova_down', 'Nova reports the host down (s)'),
     ('fencing', 'fencing starts (s)'),
+    ('nova_down_to_fencing', 'Nova reports it down to fencing (s)'),
     ('fenced', 'power-off confirmed (s)'),
     ('first_evacuate', 'first evacuate call (s)'),
     ('last_evacuate', 'last evacuate call (s)'),
@@ -590,8 +615,9 @@ def main(argv=None) -> int:
     doc = {'setup': {'hosts': args.hosts, 'servers': args.servers,
                      'poll': args.poll, 'delta': args.delta,
                      'runs': args.runs, 'steady_s': args.steady,
-                     'options': args.set, 'nova_service_down_time': 6,
-                     'nova_report_interval': 2,
+                     'options': args.set,
+                     'nova_service_down_time': bench.nova.service_down_time,
+                     'nova_report_interval': bench.nova.report_interval,
                      'load_average_before': load_before,
                      'load_average_after': load_average(),
                      'cpus': os.cpu_count()},
