@@ -36,6 +36,7 @@ marks its host FAILED). Between two attempts of one instance the job waits
 valid host") rarely clears within a second.
 """
 
+import collections
 from collections.abc import Callable
 import dataclasses
 import datetime
@@ -80,25 +81,36 @@ TICK_SLACK = 0.001
 class RebuildPace:
     """How long Nova takes to rebuild an instance, as seen so far.
 
-    The average of its records' ``created_at`` to ``updated_at`` for the
-    evacuations this service started and saw end ``done``; shared by
-    every job of an engine, so a failure paces its listings by what the
-    previous ones taught.
+    From its records' ``created_at`` to ``updated_at`` for the
+    evacuations this service started and saw end ``done``: the average
+    (when the first of several rebuilds is expected to end) and the
+    longest of the recent ones (when the last is: those started together
+    share their destinations and end apart); shared by every job of an
+    engine, so a failure paces its listings by what the previous ones
+    taught.
     """
+
+    #: The rebuilds that count (the recent ones weigh more).
+    RECENT = 20
 
     def __init__(self):
         #: Seconds; None until a rebuild was seen ending.
         self.rebuild_time: float | None = None
-        self._seen = 0
+        #: The longest of the last ``RECENT`` rebuilds; None likewise.
+        self.slowest: float | None = None
+        self._recent: collections.deque = collections.deque(
+            maxlen=self.RECENT)
 
     def learn(self, rec: model.Migration) -> None:
         if rec.created_at is None or rec.updated_at is None:
             return
         took = max(0.0, (rec.updated_at - rec.created_at).total_seconds())
-        self._seen = min(self._seen + 1, 20)  # the recent ones weigh more
+        self._recent.append(took)
+        seen = len(self._recent)
         self.rebuild_time = (took if self.rebuild_time is None else
                              self.rebuild_time + (took - self.rebuild_time)
-                             / self._seen)
+                             / seen)
+        self.slowest = max(self._recent)
 
 
 LOCK_REASON = 'instanceha: evacuating from %s'
@@ -752,10 +764,11 @@ class EvacuationJob:
               ended: bool = False) -> None:
         """When to look at the running rebuilds next.
 
-        At the expected end of the earliest one, or of the latest when
-        only that matters (:meth:`_only_the_last_ends`), at most
-        ``CHECK_MAX`` ahead: the rebuild time :class:`RebuildPace`
-        learned, or ``FIRST_LOOK`` before one was seen ending. Rebuilds
+        At the expected end of the earliest one (the average rebuild
+        time :class:`RebuildPace` learned), or of the latest when only
+        that matters (:meth:`_only_the_last_ends`; the longest recent
+        rebuild), at most ``CHECK_MAX`` ahead; ``FIRST_LOOK`` before one
+        was seen ending. Rebuilds
         past their expected end are looked at after 1, 2, 4 ... seconds
         (at most ``LATE_LOOK_MAX``; the wait grows with each ``looked``
         that saw them still running), from 1 again whenever a look saw
@@ -767,7 +780,8 @@ class EvacuationJob:
         running = [t for t in self.tasks.values()
                    if t.state is TaskState.IN_FLIGHT and
                    t.started is not None]
-        took = self.pace.rebuild_time
+        last = self._only_the_last_ends(running)
+        took = self.pace.slowest if last else self.pace.rebuild_time
         if took is None:
             took = FIRST_LOOK
         ends = [t.started + took for t in running
@@ -776,8 +790,7 @@ class EvacuationJob:
             self._late_looks = 0
         wait = CHECK_MAX
         if ends:
-            wait = min(wait, (max(ends) if self._only_the_last_ends(
-                running) else min(ends)) - now)
+            wait = min(wait, (max(ends) if last else min(ends)) - now)
         if len(ends) < len(running):  # some are past their expected end
             wait = min(wait, 2.0 ** self._late_looks, LATE_LOOK_MAX)
             if looked:
