@@ -25,7 +25,9 @@ This is the only module that imports novaclient and keystoneauth1.
   migrate, ...). Listings go through novaclient's HTTP client and follow
   Nova's ``next`` links: the managers drop those links, and without them a
   short page cannot be told from a page cut at Nova's own ``[api]
-  max_limit`` (a missed server is an instance never evacuated). A change
+  max_limit`` (a missed server is an instance never evacuated). The
+  services listing, read every ``services_interval``, is one GET through
+  it too (no per-service objects). A change
   of a compute service (status, reason, forced_down) is one PUT, as Nova
   offers it, so the marker and forced_down are set together.
 * A snapshot costs a fixed number of calls, whatever the number of hosts:
@@ -105,6 +107,44 @@ def _bound_by_lease(http) -> None:
     http.request = request
 
 
+#: Endpoints whose environment settings are kept at most.
+_ENVIRONMENT_KEYS = 64
+
+
+def _environment_once(http) -> None:
+    """Read the process environment's HTTP settings once per endpoint.
+
+    requests reads the proxy variables (``*_proxy``, ``no_proxy``) and
+    the CA bundle variables again for every request, walking the whole
+    environment several times: about a tenth of the CPU of a steady
+    services read. A process's environment does not change from outside,
+    so the answer for one scheme and host is kept and reused; the
+    settings of the call itself (verify, cert, stream, proxies) are part
+    of the key.
+    """
+    merge = http.merge_environment_settings
+    found: dict = {}
+
+    def merge_environment_settings(url, proxies, stream, verify, cert):
+        split = parse.urlsplit(url)
+        try:
+            key = (split.scheme, split.netloc,
+                   tuple(sorted((proxies or {}).items())), stream, verify,
+                   cert)
+            hash(key)
+        except TypeError:  # a setting that cannot be a key: not kept
+            return merge(url, proxies, stream, verify, cert)
+        settings = found.get(key)
+        if settings is None:
+            settings = merge(url, dict(proxies or {}), stream, verify, cert)
+            if len(found) >= _ENVIRONMENT_KEYS:
+                found.clear()  # (a few endpoints in practice)
+            found[key] = settings
+        # Copies: requests may change what it is given.
+        return dict(settings, proxies=dict(settings.get('proxies') or {}))
+    http.merge_environment_settings = merge_environment_settings
+
+
 def _iso(when: datetime.datetime) -> str:
     return when.astimezone(datetime.timezone.utc).strftime(
         '%Y-%m-%dT%H:%M:%SZ')
@@ -150,6 +190,7 @@ class NovaCloud(ports.CloudPort):
         # Every answer passes here, whichever novaclient call made it.
         self.session.session.hooks['response'].append(self._on_response)
         _bound_by_lease(self.session.session)
+        _environment_once(self.session.session)
         #: novaclient at the pinned microversion (its managers).
         self.nova = self._client(MICROVERSION)
         #: novaclient's HTTP client (a keystoneauth Adapter) for the calls
@@ -324,9 +365,12 @@ class NovaCloud(ports.CloudPort):
     # -- snapshot ---------------------------------------------------------
 
     def list_services(self) -> tuple[model.Service, ...]:
-        found = self._call('list nova-compute services',
-                           self.nova.services.list, binary='nova-compute')
-        return tuple(answers.service(s.to_dict()) for s in found)
+        # The read made every services_interval: one GET and the JSON
+        # body, without novaclient's manager (it builds a resource object
+        # per service only to deep-copy it back into the same dict).
+        body = self._get('list nova-compute services', '/os-services',
+                         params={'binary': 'nova-compute'})
+        return tuple(answers.service(s) for s in body.get('services') or ())
 
     def list_servers(self, host: str | None = None
                      ) -> tuple[model.Server, ...]:

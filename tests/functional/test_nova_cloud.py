@@ -122,6 +122,25 @@ class TestNovaCloudStub(testtools.TestCase):
         # Nova's Date header was read (same machine: no skew).
         self.assertEqual(0.0, snap.clock_skew)
 
+    def test_services_read_is_one_call_for_the_compute_services(self):
+        self.cloud.api_calls = 0
+        read = self.cloud.read_services()
+        self.assertEqual(1, self.cloud.api_calls)
+        # Only nova-compute: the peer's conductor and scheduler are
+        # services too.
+        every = self.peer.client().services.list()
+        self.assertGreater(len(every), 3)
+        self.assertEqual(
+            sorted((s.id, s.host) for s in every
+                   if s.binary == 'nova-compute'),
+            sorted((s.id, s.host) for s in read.services))
+        svc = read.service('host2')
+        self.assertEqual((model.UP, model.ENABLED, False, None),
+                         (svc.state, svc.status, svc.forced_down,
+                          svc.disabled_reason))
+        self.assertEqual((), read.servers)
+        self.assertEqual(0.0, read.clock_skew)
+
     def test_images_through_nova_proxy_carry_properties(self):
         # The test nova has no Glance endpoint, only its in-process fake
         # behind the image proxy: set a property there, read it back.
