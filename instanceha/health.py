@@ -154,16 +154,19 @@ class Monitor:
             self._count_plan(plan)
         host_states = getattr(engine, 'host_states', None)
         if callable(host_states):
-            counts: dict[str, int] = {}
-            for state in host_states().values():
-                key = getattr(state, 'value', str(state))
-                counts[key] = counts.get(key, 0) + 1
-            for state in states.HostState:
-                self.metrics.hosts.labels(state.value).set(
-                    counts.get(state.value, 0))
-            self._hosts = counts
-            self.host_states = {h: getattr(st, 'value', str(st))
-                                for h, st in host_states().items()}
+            now_states = {h: getattr(st, 'value', str(st))
+                          for h, st in host_states().items()}
+            # The gauges change only with the states (every tick would
+            # set one per state, twice a second while all is healthy).
+            if now_states != self.host_states:
+                counts: dict[str, int] = {}
+                for key in now_states.values():
+                    counts[key] = counts.get(key, 0) + 1
+                for state in states.HostState:
+                    self.metrics.hosts.labels(state.value).set(
+                        counts.get(state.value, 0))
+                self._hosts = counts
+                self.host_states = now_states
 
     def _count_plan(self, plan) -> None:
         """Decisions per kind, and which gates blocked whom.

@@ -22,6 +22,7 @@ import json
 import ssl
 import threading
 import types
+from unittest import mock
 import urllib.error
 import urllib.request
 
@@ -220,6 +221,22 @@ class MonitorTest(testtools.TestCase):
         self.tick()
         self.assertEqual(0.0, self.value('instanceha_hosts',
                                          state='evacuating'))
+
+    def test_host_gauges_set_only_when_the_states_change(self):
+        self.engine.states = {'h1': S.FENCING}
+        self.tick()
+        with mock.patch.object(self.metrics.hosts, 'labels',
+                               wraps=self.metrics.hosts.labels) as labels:
+            for _ in range(5):
+                self.tick()
+            self.assertEqual(0, labels.call_count)
+            self.engine.states = {'h1': S.FENCED}
+            self.tick()
+            self.assertEqual(len(S), labels.call_count)
+        self.assertEqual((0.0, 1.0), (
+            self.value('instanceha_hosts', state='fencing'),
+            self.value('instanceha_hosts', state='fenced')))
+        self.assertEqual({'h1': 'fenced'}, self.monitor.host_states)
 
     def test_plan_and_gate_blocks(self):
         D = plan_mod.Decision
