@@ -139,6 +139,8 @@ class ToozCoordinator(ports.Coordinator):
         self._error: str | None = None
         self._last_loss: str | None = None
         self._members: int | None = None
+        #: Monotonic time of the beat that last read the members.
+        self._membership_read = 0.0
         self._elections_won = 0
         self._stopping = False
         self._state_lock = threading.RLock()
@@ -282,7 +284,9 @@ class ToozCoordinator(ports.Coordinator):
                     self._refresh_leadership(sent)
                 if self._leader_lock is None and not self._stopping:
                     self._compete(sent)
-                self._keep_membership()
+                if self._membership_due(sent):
+                    self._keep_membership()
+                    self._membership_read = sent
             except Exception as exc:  # noqa: any driver, any client library
                 self._set_unreachable(exc)
                 return
@@ -340,6 +344,20 @@ class ToozCoordinator(ports.Coordinator):
         if lock is not None:
             # Token-checked: never removes a lock another copy now holds.
             _release_quietly(lock)
+
+    def _membership_due(self, now: float) -> bool:
+        """Whether this beat reads the group's members (and rejoins).
+
+        Membership is not leadership: that is the lock, refreshed every
+        beat. The members are read for the status (how many copies run)
+        and to join again if the backend forgot this copy, which it does
+        only after ``lease_time`` without a heartbeat from it. So they are
+        read at the first beat, at the first beat after a failed one, and
+        otherwise every half lease, not every beat (a read is a listing
+        of the group in the backend, the costlier half of a beat).
+        """
+        return (self._members is None or not self._connected or
+                now - self._membership_read >= self.lease_time / 2.0)
 
     def _keep_membership(self) -> None:
         from tooz import coordination as tooz_coordination

@@ -67,7 +67,48 @@ class CoordinatorTest(testtools.TestCase):
         self.assertFalse(a.is_leader())
         b.beat_once()
         self.assertTrue(b.is_leader())
+        # The members are read again within half a lease.
+        self.clock.now += 7.5
+        b.beat_once()
         self.assertEqual(1, b.status().members)
+
+    def test_members_read_every_half_lease_not_every_beat(self):
+        a = self.copy('a', lease_time=15, heartbeat_interval=3)
+        a.beat_once()
+        reads = []
+        get_members = a._driver.get_members
+        a._driver.get_members = lambda group: (reads.append(self.clock.now),
+                                               get_members(group))[1]
+        for _ in range(10):
+            self.clock.now += 3
+            a.beat_once()
+        self.assertTrue(a.is_leader())
+        # Beats at +3 .. +30 s: a read at +9, +18 and +27 only.
+        self.assertEqual([1009.0, 1018.0, 1027.0], reads)
+
+    def test_forgotten_member_joins_again_after_a_failed_beat(self):
+        from tooz import coordination as tooz_coordination
+
+        a, b = self.copy('a'), self.copy('b')
+        a.beat_once()
+        b.beat_once()
+        self.assertEqual(2, b.status().members)
+        # The backend forgets a (its membership expired while a could not
+        # reach it): a's beats fail, then succeed again.
+        a._driver.leave_group(b'instanceha').get()
+        beat = a._driver.heartbeat
+
+        def unreachable():
+            raise tooz_coordination.ToozConnectionError('refused')
+
+        a._driver.heartbeat = unreachable
+        self.clock.now += 1
+        a.beat_once()
+        a._driver.heartbeat = beat
+        self.clock.now += 1
+        a.beat_once()
+        self.assertTrue(a.status().connected)
+        self.assertIn(b'a', b._driver.get_members(b'instanceha').get())
 
     def test_leadership_ends_one_heartbeat_before_the_lease(self):
         a = self.copy('a')
