@@ -46,7 +46,9 @@ class ThreadPoolExecutor(ports.Executor):
         At most ``limit`` run at the same time (None: all of them, as
         far as the ``workers`` threads go): the next starts the moment
         one returns. Once a call raised, no call not yet started is
-        started (it gets None); those running are waited for. Each runs
+        started (it gets None); those running are waited for. A pool
+        shut down meanwhile starts no more either (the call it refused
+        gets the error). Each runs
         in a copy of the job's context, so what the job set there (the
         power proof its evacuate calls need, the leadership guard's
         deadline) holds for every call.
@@ -62,8 +64,11 @@ class ThreadPoolExecutor(ports.Executor):
                 if nxt is None:
                     break
                 i, call = nxt
-                running[self._calls.submit(
-                    contextvars.copy_context().run, call)] = i
+                try:
+                    running[self._calls.submit(
+                        contextvars.copy_context().run, call)] = i
+                except RuntimeError as exc:  # shut down: start no more
+                    out[i], failed = exc, True
             if not running:
                 return out
             done, _ = concurrent.futures.wait(

@@ -100,6 +100,21 @@ class TestRunCalls(testtools.TestCase):
                          [type(e).__name__ if e else None for e in errors])
         self.assertEqual([0, 'boom'], held.started)
 
+    def test_production_shut_down_mid_stream_starts_no_more(self):
+        pool = executor.ThreadPoolExecutor(4)
+        held = _Held()
+        job = threading.Thread(target=lambda: out.append(pool.run_calls(
+            [held.call(n) for n in range(4)], limit=1)))
+        out: list = []
+        job.start()
+        held.wait_started(1)
+        pool.shutdown(wait=False)  # the service on its way out
+        held.let_one_return()
+        job.join(20)
+        self.assertEqual([None, 'RuntimeError', None, None],
+                         [type(e).__name__ if e else None for e in out[0]])
+        self.assertEqual([0], held.started)
+
     def test_elsewhere_in_order_stopping_at_the_first_error(self):
         ran = []
 
