@@ -479,6 +479,10 @@ class Bench(object):
             calls_per_instance=round(extra / max(1, len(victims)), 2),
             failure_calls_by_kind=kinds,
             failure_calls_beyond_steady_by_kind=extra_kinds,
+            # When each call of the failure reached Nova (s after the
+            # power-off), to read the calls against the service's log.
+            failure_call_times=[[round(r[0] - t0, 2), r[1]]
+                                for r in window],
             cpu_s_per_steady_min=round((cpu1 - cpu0) / minutes, 3),
             cpu_s_failure=round(cpu2 - cpu1, 3),
             rss_mb_max=round(rss, 1))
