@@ -139,7 +139,8 @@ class Poll(tick.Plumbing):
                                 recovering=recovering,
                                 submit=self.env.executor.submit)
 
-    def _take_snapshot(self) -> model.Snapshot:
+    def _take_snapshot(self, services: model.Snapshot | None
+                       ) -> model.Snapshot:
         kwargs = {}
         try:
             from instanceha.engine import decide
@@ -155,7 +156,7 @@ class Poll(tick.Plumbing):
             self.env.cloud, extra=listed,
             skip=set(self._workflows) - listed,
             clock_skew=self.snapshot.clock_skew if self.snapshot else None,
-            services=self._services_this_tick(), **kwargs)
+            services=services, **kwargs)
 
     @staticmethod
     def _needs_servers(wf: HostWorkflow) -> bool:
@@ -174,21 +175,14 @@ class Poll(tick.Plumbing):
                 workflow.awaits_fence(wf) or
                 (wf.resumed and wf.job is None))
 
-    def _services_this_tick(self) -> model.Snapshot | None:
-        """The services read in this very tick, or None.
-
-        A full read in the same tick uses them instead of listing them
-        again (see :meth:`_full_read_due`).
-        """
-        read = self._services_read
-        if read is None or read[0] != self.env.clock.monotonic():
-            return None
-        return read[1]
-
     def _cycle(self) -> None:
         self.cycles += 1
+        # The services read of this tick, or one made a moment ago (as
+        # fresh as the steady reads keep them: see _fresh_services), is
+        # used instead of listing them again; an older one is not.
+        fresh = self._fresh_services()
         try:
-            snapshot = self._take_snapshot()
+            snapshot = self._take_snapshot(fresh[1] if fresh else None)
         except exceptions.InstanceHAError as exc:
             # The plan that chose the hosts waiting to be fenced may be
             # stale now (a mass failure may be under way): they wait for a
@@ -201,9 +195,12 @@ class Poll(tick.Plumbing):
             return
         self._fresh = True
         self.snapshot = snapshot
-        self._services_read = (self.env.clock.monotonic(), snapshot)
-        self._watch.read_done(self.env.clock.monotonic(),
-                              len(snapshot.services))
+        if fresh is None:
+            self._services_read = (self.env.clock.monotonic(), snapshot)
+            self._watch.read_done(self.env.clock.monotonic(),
+                                  len(snapshot.services))
+        else:
+            self._services_read = (fresh[0], snapshot)
         # Fencing keys are matched against every Nova host name: a short
         # key naming two hosts serves neither.
         learn = getattr(self.env.fencer, 'learn_hosts', None)

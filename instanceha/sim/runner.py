@@ -245,8 +245,7 @@ class Simulation(sim_timeline.Timeline):
         drivers.gates = [GateSpy(g, copy) for g in drivers.gates]
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
-        clock = sim_clock.ServiceClock(self.clock,
-                                       lambda: self.world.clock_skew)
+        clock = self._service_clock()
         env = ports.Environment(
             cloud=_CycleCloud(self.cloud, copy.new_cycle,
                               self.snapshot_calls),
@@ -291,6 +290,11 @@ class Simulation(sim_timeline.Timeline):
         return topology.Topology.from_conf(
             conf, clock=clock,
             devices=sim_fencing.SimDeviceFactory(self.world, clock))
+
+    def _service_clock(self) -> ports.Clock:
+        """The clock of a copy of the service (the world's, skewed)."""
+        return sim_clock.ServiceClock(self.clock,
+                                      lambda: self.world.clock_skew)
 
     def _kdump_watch(self, drivers, conf) -> ports.KdumpWatch | None:
         """The engine's KdumpWatch, as the service picks it.

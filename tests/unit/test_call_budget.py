@@ -49,6 +49,7 @@ import fixtures
 import testtools
 
 from instanceha.engine import evacuation
+from instanceha.sim import clock as sim_clock
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 
@@ -119,6 +120,8 @@ class CallCounter(object):
             kind = name
             if name == 'stopped_servers' and (args or kwargs):
                 kind += ' changes-since'  # not the full listing
+            if name == 'snapshot' and kwargs.get('services') is None:
+                kind += ' with services'  # it lists them too
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -135,8 +138,30 @@ class CallCounter(object):
         return dict(sorted(out.items()))
 
 
+class TickingClock(sim_clock.ServiceClock):
+    """A service clock whose monotonic time moves on at every reading.
+
+    As a real one does: the simulated instant is frozen within a tick,
+    which hides code that compares a time it kept with a new reading.
+    """
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        return super().monotonic() + self.readings * 1e-9
+
+
+class TickingSimulation(runner.Simulation):
+    def _service_clock(self):
+        return TickingClock(self.clock, lambda: self.world.clock_skew)
+
+
 def failure_calls(case_dir: str, timeline: str, extra: str,
-                  end: int = 400, topology: str = TOPOLOGY
+                  end: int = 400, topology: str = TOPOLOGY,
+                  simulation=runner.Simulation
                   ) -> tuple[int, list[str], CallCounter]:
     """Every Nova call of the run, the log, and the calls by kind."""
     for name, text in (
@@ -146,7 +171,7 @@ def failure_calls(case_dir: str, timeline: str, extra: str,
             ('timeline', timeline)):
         with open(os.path.join(case_dir, name), 'w') as f:
             f.write(text)
-    sim = runner.Simulation(sim_scenario.load(case_dir))
+    sim = simulation(sim_scenario.load(case_dir))
     counter = CallCounter(sim.cloud, sim.world.clock)
     result = sim.run()
     return sim.cloud.api_calls, result.lines, counter
@@ -229,9 +254,30 @@ class TestSteadyState(testtools.TestCase):
         tmp = self.useFixture(fixtures.TempDir()).path
         _, lines, counter = failure_calls(tmp, '', '', end=300)
         self.assertEqual({'locked_servers': 1, 'read_services': 300,
-                          'snapshot': 2, 'stopped_servers': 2,
+                          'snapshot with services': 2, 'stopped_servers': 2,
                           'stopped_servers changes-since': 19},
                          counter.by_kind())
+
+
+class TestFullReads(testtools.TestCase):
+
+    def test_a_full_read_uses_the_services_just_read(self):
+        # On a clock that moves on at every reading, as a real one: the
+        # full read the services read's news calls for (the failed host,
+        # at once) does not list the services again, nor does the one
+        # judging the host before its power-off; only the start-up's
+        # full read lists them.
+        tmp = self.useFixture(fixtures.TempDir()).path
+        _, lines, counter = failure_calls(
+            tmp, '30 power-off compute-0\n', '',
+            simulation=TickingSimulation)
+        text = '\n'.join(lines)
+        self.assertIn('compute-0 host_state enabled=true new=healthy', text)
+        full = [(t, kind) for t, kind, _ in counter.calls
+                if kind.startswith('snapshot')]
+        self.assertEqual(1, len([f for f in full if 'services' in f[1]]),
+                         full)
+        self.assertGreater(len(full), 1, full)
 
 
 class TestPacedListings(testtools.TestCase):
