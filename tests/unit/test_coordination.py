@@ -86,9 +86,23 @@ class CoordinatorTest(testtools.TestCase):
         # Beats at +3 .. +30 s: a read at +9, +18 and +27 only.
         self.assertEqual([1009.0, 1018.0, 1027.0], reads)
 
-    def test_forgotten_member_joins_again_after_a_failed_beat(self):
+    @staticmethod
+    def unreachable(copy):
+        """Fault injection on the real driver: the backend stops answering.
+
+        Returns the driver's own heartbeat, to put back.
+        """
         from tooz import coordination as tooz_coordination
 
+        beat = copy._driver.heartbeat
+
+        def unreachable():
+            raise tooz_coordination.ToozConnectionError('refused')
+
+        copy._driver.heartbeat = unreachable
+        return beat
+
+    def test_forgotten_member_joins_again_after_a_failed_beat(self):
         a, b = self.copy('a'), self.copy('b')
         a.beat_once()
         b.beat_once()
@@ -96,12 +110,7 @@ class CoordinatorTest(testtools.TestCase):
         # The backend forgets a (its membership expired while a could not
         # reach it): a's beats fail, then succeed again.
         a._driver.leave_group(b'instanceha').get()
-        beat = a._driver.heartbeat
-
-        def unreachable():
-            raise tooz_coordination.ToozConnectionError('refused')
-
-        a._driver.heartbeat = unreachable
+        beat = self.unreachable(a)
         self.clock.now += 1
         a.beat_once()
         a._driver.heartbeat = beat
@@ -162,18 +171,10 @@ class CoordinatorTest(testtools.TestCase):
                          a.status().last_loss)
 
     def test_failed_heartbeat_suspends_at_once_then_resumes(self):
-        from tooz import coordination as tooz_coordination
-
         a, b = self.copy('a'), self.copy('b')
         a.beat_once()
         b.beat_once()
-        beat = a._driver.heartbeat
-
-        def unreachable():
-            raise tooz_coordination.ToozConnectionError('refused')
-
-        # Fault injection on the real driver: the backend stops answering.
-        a._driver.heartbeat = unreachable
+        beat = self.unreachable(a)
         self.clock.now += 1
         a.beat_once()
         self.assertFalse(a.is_leader())
