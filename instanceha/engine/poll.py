@@ -177,10 +177,12 @@ class Poll(tick.Plumbing):
 
     def _cycle(self) -> None:
         self.cycles += 1
-        # The services read of this tick, or one made a moment ago (as
-        # fresh as the steady reads keep them: see _fresh_services), is
-        # used instead of listing them again; an older one is not.
-        fresh = self._fresh_services()
+        # The services read of this very tick is used instead of listing
+        # them again; not an earlier one, however young: the job results
+        # applied in this tick may have written markers after it.
+        fresh = self._watched
+        if fresh is not None and fresh[1] is None:
+            fresh = None  # Nova did not answer it
         try:
             snapshot = self._take_snapshot(fresh[1] if fresh else None)
         except exceptions.InstanceHAError as exc:
