@@ -249,27 +249,15 @@ class Plumbing:
         that read it uses it. A job that ran longer (a power-on) reads
         the services again: one small call.
         """
-        read = self._fresh_services()
-        if read is not None:
+        read = self._services_read
+        age = (self.env.clock.monotonic() - read[0]
+               if read is not None else None)
+        if age is not None and 0 <= age < min(OPERATOR_READ_AGE,
+                                              self._watch.interval):
             current = read[1].service(host)
             if current is not None:
                 return current
         return _listed(self.env.cloud.read_services(), host)
-
-    def _fresh_services(self) -> tuple[float, model.Snapshot] | None:
-        """The engine's latest services read while it counts as now.
-
-        (monotonic time, read) while it is younger than
-        :data:`OPERATOR_READ_AGE` and than the services interval (the
-        steady reads keep it that fresh); None after that.
-        """
-        read = self._services_read
-        if read is None:
-            return None
-        age = self.env.clock.monotonic() - read[0]
-        if 0 <= age < min(OPERATOR_READ_AGE, self._watch.interval):
-            return read
-        return None
 
     @staticmethod
     def _catching(fn: Callable, *errors) -> Callable:
