@@ -149,7 +149,9 @@ def make_case(directory: str, hosts: int, per_host: int, failing: float,
         step = max(1, round(1 / failing))
         failed = names[::step][:max(1, round(hosts * failing))]
     topology = {
-        'simulation': {'end': END},
+        # Heartbeats at their own moments, as in a real cloud (a services
+        # read scheduled by them is then as frequent as it gets).
+        'simulation': {'end': END, 'timing': {'heartbeat_spread': True}},
         'defaults': {'vcpus': per_host * 3},
         'hosts': {n: {} for n in names},
         'flavors': {'m1.small': {'vcpus': 1}},
@@ -210,6 +212,7 @@ def steady(hosts: int, per_host: int, minutes: float,
     calls, nbytes = counter.since(60.0)
     listed, listed_bytes = counter.since(60.0, *STOPPED_READS)
     judged, _ = counter.since(60.0, 'server_actions')
+    services, _ = counter.since(60.0, 'read_services')
     return {
         'hosts': hosts,
         'instances': hosts * per_host,
@@ -220,6 +223,7 @@ def steady(hosts: int, per_host: int, minutes: float,
         'stopped_list_calls_per_min': round(listed / minutes, 2),
         'stopped_list_bytes_per_min': round(listed_bytes / minutes),
         'action_reads_per_min': round(judged / minutes, 2),
+        'services_reads_per_min': round(services / minutes, 2),
         'nova_calls_per_read': max(sim.snapshot_calls or [0]),
         'reads_per_min': round(len(sim.snapshot_calls) / minutes, 2),
         'poll_cpu_s_mean': round(statistics.fmean(
@@ -316,6 +320,7 @@ STEADY_COLUMNS = [
     ('stopped_list_calls_per_min', 'stopped-list calls/min', '%.2f'),
     ('stopped_list_bytes_per_min', 'stopped-list bytes/min', '%d'),
     ('action_reads_per_min', 'action reads/min', '%.2f'),
+    ('services_reads_per_min', 'services reads/min', '%.2f'),
     ('nova_calls_per_read', 'calls/full read', '%d'),
     ('reads_per_min', 'full reads/min', '%.2f'),
     ('poll_cpu_s_mean', 'tick cpu s', '%s'),

@@ -284,6 +284,8 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
             h.compute_running = False
             h.hb_since, h.last_hb = None, spec.get('last_heartbeat', -120)
         h.fence_proof = bool(spec.get('fenced', False))
+        if timing.heartbeat_spread and h.hb_since is not None:
+            h.hb_since = -timing.report_interval * (n - 1) / len(hosts)
         w.add_host(h)
     for name, spec in (topo.get('devices') or {}).items():
         dev = sim_world.Device(name=name, host=spec['host'],

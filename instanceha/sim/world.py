@@ -133,6 +133,10 @@ class Timing:
     live_migration_time: float = 30.0
     #: A dead guest is stopped in Nova by nova-compute's power sync.
     power_sync_time: float = 2.0
+    #: The hosts' heartbeats spread evenly over ``report_interval`` (each
+    #: nova-compute of a real cloud started at its own moment); False: all
+    #: report at the same moments.
+    heartbeat_spread: bool = False
     #: A start (os-start) takes this long to run the guest.
     start_time: float = 5.0
     #: A clean shutdown: from the end of the agent's stop to power-off
