@@ -23,11 +23,17 @@ to the last instance rebuilt (by Nova), and that against one rebuild's
 time (1.0: every instance rebuilt as soon as the first; above 1 in smart
 mode when the instances do not all fit in ``max_in_flight`` at once, see
 ``--workers``; fire-and-forget bounds only the evacuate calls running at
-once, and the simulator's calls take no time). As JSON with ``--json``::
+once, and the simulator's calls take no time). Each mode twice: with the
+services read every interval (the default) and scheduled by heartbeats
+(``[detection] nova_service_down_time``, ``--nova-service-down-time``,
+60 s by default as Nova's own; 0 leaves these columns out). The
+simulator ticks once a second: the default mode's steady services reads
+are 60 a minute there, 120 in the service. As JSON with ``--json``::
 
     python benchmarks/failure_calls.py
     python benchmarks/failure_calls.py --rebuild-time 20 --json
     python benchmarks/failure_calls.py --workers 8
+    python benchmarks/failure_calls.py --nova-service-down-time 0
 
 Deterministic (simulated time): one run per mode says it all.
 """
@@ -97,6 +103,8 @@ def measure(extra: str, end: int, rebuild_time: float) -> dict:
             span / one, 2),
         'power_off_to_enabled_s': t['enabled'] - 30,
         'steady_calls_per_poll': round(base / polls, 2),
+        'steady_services_reads_per_minute': round(
+            kinds.get('read_services', 0) * 60.0 / end, 1),
         'steady_by_kind_per_poll': {k: round(n / polls, 2)
                                     for k, n in kinds.items()},
         'failure_calls': calls - base,
@@ -112,6 +120,8 @@ def table(results: dict) -> str:
     rows = [[''] + modes]
     rows.append(['steady: calls per poll'] + [
         str(results[m]['steady_calls_per_poll']) for m in modes])
+    rows.append(['steady: services reads a minute'] + [
+        str(results[m]['steady_services_reads_per_minute']) for m in modes])
     for k in sorted({k for r in results.values()
                      for k in r['steady_by_kind_per_poll']}):
         rows.append(['  %s per poll' % k] + [
@@ -148,14 +158,27 @@ def main(argv=None) -> int:
     p.add_argument('--workers', type=int, default=None,
                    help='[DEFAULT] workers (the cap on evacuations at once; '
                         'default 4, one less than the instances)')
+    p.add_argument('--nova-service-down-time', type=float, default=60,
+                   help='[detection] nova_service_down_time of the '
+                        'scheduled columns (default 60, Nova\'s default; '
+                        '0: no such columns)')
     p.add_argument('--json', action='store_true')
     args = p.parse_args(argv)
     more = '\nworkers = %d' % args.workers if args.workers else ''
-    results = {mode: measure(extra + more, args.end, args.rebuild_time)
-               for mode, extra in MODES.items()}
+    modes = dict(MODES)
+    if args.nova_service_down_time:
+        # The last section of the file: [DEFAULT] is written before it.
+        scheduled = '\n[detection]\nnova_service_down_time = %s' % (
+            args.nova_service_down_time)
+        modes.update({'%s, scheduled' % mode: extra + more + scheduled
+                      for mode, extra in MODES.items()})
+    results = {mode: measure(extra if 'scheduled' in mode else extra + more,
+                             args.end, args.rebuild_time)
+               for mode, extra in modes.items()}
     doc = {'setup': {'instances': budget.INSTANCES, 'poll': POLL,
                      'end': args.end, 'rebuild_time': args.rebuild_time,
-                     'workers': args.workers or 4},
+                     'workers': args.workers or 4,
+                     'nova_service_down_time': args.nova_service_down_time},
            'results': results}
     print(json.dumps(doc, indent=2) if args.json else table(results))
     return 0

@@ -56,7 +56,7 @@ S = states.HostState
 
 #: How the maintenance reason of a host drained by the migrate policy
 #: starts (its note): only such a maintenance is ended here.
-DRAIN_NOTE = 'shutdown policy migrate:'
+DRAIN_NOTE = shutdown.DRAIN_NOTE
 #: Seconds between two looks at moves an earlier leader started.
 DRAIN_RECHECK = 5.0
 

@@ -53,7 +53,9 @@ OPTS = [
                       'are read only when a host needs deciding: at once '
                       'when the services show something new, then every '
                       '[DEFAULT] poll while anything is not healthy; never '
-                      'while every host is healthy. 0 (default): every '
+                      'while every host is healthy (with '
+                      'nova_service_down_time set, the services too are '
+                      'read only when needed). 0 (default): every '
                       '0.5 s, less often on large clouds so that at most '
                       '2,000 service records are read a second (every '
                       '2.5 s at 5,000 hosts). What this costs Nova, per '
@@ -63,6 +65,31 @@ OPTS = [
                       '45 s costs 1.3 to 1.4 calls per 1,000 servers and '
                       '~1.7 KB per server, i.e. 4.9 MB, 49 MB and 246 MB '
                       'a minute at 20 servers per host).'),
+    cfg.FloatOpt('nova_service_down_time', default=0.0, min=0.0,
+                 max=86400,
+                 help='Nova\'s own service_down_time (nova.conf; 60 by '
+                      'default: Nova calls a compute host down once its '
+                      'last heartbeat is that many seconds old). 0 '
+                      '(default): the compute services are read every '
+                      'services_interval. Set: they are read that often '
+                      'only while a read is owed (after a write of ours, '
+                      'before a power-on), every 2 s while a host is '
+                      'being recovered (from its fencing to its hand-back: '
+                      'enabled within 3 s of its nova-compute reporting) '
+                      'or waits for its nova-compute (a process failure, '
+                      'an announced shutdown), and otherwise only when a '
+                      'host\'s heartbeat could become older than this or '
+                      'than [DEFAULT] delta, and at least once a [DEFAULT] '
+                      'poll. A failure is noticed as soon as with a read '
+                      'every services_interval, with about 3 reads a '
+                      'minute instead of 120 (Nova\'s defaults, delta 30). '
+                      'Costs: a host forced down or disabled by someone '
+                      'else is seen at the next such read (up to a poll '
+                      'later), and a failure costs a read every 2 s while '
+                      'its host boots. Set too long (and shorter than '
+                      'delta), a failure is noticed late until Nova is seen '
+                      'calling a host down sooner: a warning then says so, '
+                      'and the reads follow what Nova reports.'),
     cfg.FloatOpt('aggregates_max_age', default=300.0, min=0.0,
                  max=86400,
                  help='Seconds a listing of the host aggregates is reused. '

@@ -41,12 +41,19 @@ from instanceha import exceptions
 class Poll(tick.Plumbing):
     """The cycle: snapshot, adoption, hand-back, plan, new workflows."""
 
-    def _services_interval(self) -> float:
+    def _detection_opt(self, name: str) -> float:
+        """A ``[detection]`` number; 0 (its default) when not set."""
         try:
-            return float(self.conf.detection.services_interval)
+            return float(getattr(self.conf.detection, name) or 0.0)
         except (AttributeError, KeyError, TypeError,
                 ValueError):  # a conf without the option: the default
             return 0.0
+
+    def _services_interval(self) -> float:
+        return self._detection_opt('services_interval')
+
+    def _nova_down_time(self) -> float:
+        return self._detection_opt('nova_service_down_time')
 
     def _services_tell_all(self) -> bool:
         """Whether the compute services alone show every failure.
@@ -68,17 +75,69 @@ class Poll(tick.Plumbing):
         """
         self._watched = None
         w = self._watch
-        if self.snapshot is None or w.seen is None or not w.due(mono):
+        if (self.snapshot is None or w.seen is None or
+                not w.due(mono, self._read_need())):
             return
+        writes = self._writes()
         snap = w.read(self.env.cloud, mono)
         self._watched = mono, snap
         if snap is None:
             return  # the full read reports Nova's trouble
+        self._read_done(snap, writes, mono)
         self._services_read = (mono, snap)
         self.snapshot = dataclasses.replace(
             self.snapshot, services=snap.services,
             taken_at=snap.taken_at, clock_skew=snap.clock_skew)
         self._taken_over(snap)
+
+    def _read_need(self) -> str:
+        """What the services are needed for now (see :mod:`.watch`).
+
+        Always :data:`watch.NOW` (every interval) unless ``[detection]
+        nova_service_down_time`` is set.
+        """
+        if self._watch.down is None:
+            return watch.NOW
+        if self._writes() != self._writes_read:
+            return watch.NOW  # a write of ours the last read may not show
+        need = watch.CALM
+        for host, wf in self._workflows.items():
+            if self._power_on_near(wf):
+                return watch.NOW
+            if wf.state in workflow.WATCHED:
+                need = watch.WAIT
+        return need
+
+    def _power_on_near(self, wf: HostWorkflow) -> bool:
+        """Whether ``wf``'s power-on waits for a read newer than its step.
+
+        See :meth:`Steps._step_powering_on`: evacuated (its rebuilds
+        ended, no crash dump to wait for) or powering on, and no read
+        since. One read at the tick it comes, not a wait of
+        :data:`watch.WAIT_INTERVAL`.
+        """
+        if self._rebuilding(wf.host):
+            return False
+        if wf.state is S.EVACUATED:
+            return not wf.kdump
+        return wf.state is S.POWERING_ON and (
+            self.snapshot is None or self.snapshot.taken_at < max(
+                wf.entered, wf.failed_at or wf.entered))
+
+    def _writes(self) -> int:
+        """Our service writes so far (the guarded cloud counts them)."""
+        return getattr(self.env.cloud, 'service_writes', 0)
+
+    def _read_done(self, snap: model.Snapshot, writes: int,
+                   mono: float) -> None:
+        """Schedule the next services read (see :mod:`.watch`).
+
+        ``writes``: our service writes counted when the read began at
+        ``mono``.
+        """
+        self._writes_read = writes
+        self._watch.read_done(mono, snap, self.env.clock.now(),
+                              self.conf.delta, self.conf.poll)
 
     def _taken_over(self, snap: model.Snapshot) -> None:
         """Hand over at once the hosts an operator took since the poll.
@@ -121,7 +180,8 @@ class Poll(tick.Plumbing):
                                    self.conf.delta, skip=self._workflows)
             w.quiet = (not seen and not self._workflows and
                        self._services_tell_all())
-            if seen != w.seen and self._fresh:
+            w.news = seen != w.seen
+            if w.news and self._fresh:
                 return True
         if poll_due and w.quiet:
             # A poll's worth of reading, answered by the services alone:
@@ -183,6 +243,7 @@ class Poll(tick.Plumbing):
         fresh = self._watched
         if fresh is not None and fresh[1] is None:
             fresh = None  # Nova did not answer it
+        writes = self._writes()
         try:
             snapshot = self._take_snapshot(fresh[1] if fresh else None)
         except exceptions.InstanceHAError as exc:
@@ -199,8 +260,7 @@ class Poll(tick.Plumbing):
         self.snapshot = snapshot
         if fresh is None:
             self._services_read = (self.env.clock.monotonic(), snapshot)
-            self._watch.read_done(self.env.clock.monotonic(),
-                                  len(snapshot.services))
+            self._read_done(snapshot, writes, self._services_read[0])
         else:
             self._services_read = (fresh[0], snapshot)
         # Fencing keys are matched against every Nova host name: a short

@@ -687,9 +687,22 @@ class GuardedCloud(_Wrapper, CloudPort):
         return inner(since) if inner else ()
     changed_servers.guarded = False  # type: ignore[attr-defined]
 
-    update_service = _guarded(
+    _update_service = _guarded(
         'update_service',
         lambda service, **kw: 'update of the service of %s' % service.host)
+
+    #: Writes of compute services made through this port so far (counted
+    #: once each has ended, whatever its outcome): a read begun after
+    #: the count moved shows them (see :mod:`instanceha.engine.watch`).
+    service_writes = 0
+
+    def update_service(self, service: model.Service, **kwargs
+                       ) -> model.Service:
+        try:
+            return self._update_service(service, **kwargs)
+        finally:
+            self.service_writes += 1
+    update_service.guarded = True  # type: ignore[attr-defined]
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
         """Evacuate only from a host proven off now, only as the leader.

@@ -123,7 +123,10 @@ class Engine(poll.Poll, steps.Steps):
         self._stopping = False
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
-        self._watch = watch.ServiceWatch(self._services_interval())
+        self._watch = watch.ServiceWatch(self._services_interval(),
+                                         self._nova_down_time())
+        #: Our service writes counted when the latest read began.
+        self._writes_read = 0
         #: (monotonic time, snapshot) of the latest read of the services.
         self._services_read: tuple[float, model.Snapshot] | None = None
         #: This tick's services read alone: (monotonic time, snapshot or
@@ -216,6 +219,7 @@ class Engine(poll.Poll, steps.Steps):
                 seen = watch.attention(self.snapshot, self.env.clock.now(),
                                        self.conf.delta, skip=self._workflows)
                 self._watch.seen = seen
+                self._watch.news = False
                 self._watch.quiet = (not seen and not self._workflows and
                                      self._services_tell_all())
         if self.conf.disabled:
@@ -269,7 +273,7 @@ class Engine(poll.Poll, steps.Steps):
 
     def wait_hint(self) -> float:
         """Seconds until the compute services should be read again."""
-        nxt = self._watch.next_read
+        nxt = self._watch.next_at(self._read_need())
         if nxt is None:
             return 0.0
         return max(0.0, nxt - self.env.clock.monotonic())

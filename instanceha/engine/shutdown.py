@@ -140,6 +140,12 @@ class Frozen(marker.NovaClockTimes):
                    note=note, action=action, nova_clock=nova_clock)
 
 
+#: How the note of the maintenance of a host drained by the migrate policy
+#: starts (:mod:`instanceha.shutdown`; only such a maintenance is ended
+#: there).
+DRAIN_NOTE = 'shutdown policy migrate:'
+
+
 def frozen(service: model.Service | None) -> 'Frozen | None':
     """The freeze a disabled service carries, None if none."""
     if service is None or not service.disabled:

@@ -52,6 +52,16 @@ RESUMABLE = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED,
                        S.POWERING_ON, S.WAITING_UP, S.ENABLING,
                        S.LEFT_DISABLED, S.FAILED})
 
+#: States whose host is read closely (``[detection]
+#: nova_service_down_time`` set, see :mod:`instanceha.engine.watch`):
+#: from its fencing to its hand-back, an operator's take-over is followed
+#: within seconds, and a host waiting to come back is enabled within
+#: seconds of its nova-compute reporting. Before its fencing a host is
+#: judged by a full read before each power-off; failed and left_disabled
+#: wait for an operator only.
+WATCHED = frozenset({S.FENCED, S.EVACUATING, S.EVACUATED, S.POWERING_ON,
+                     S.WAITING_UP, S.ENABLING})
+
 #: States whose next step fences a host: taken only on a plan made from
 #: the latest cycle's snapshot, never while Nova cannot be read.
 NEEDS_FRESH_PLAN = frozenset({S.SUSPECT, S.FENCE_FAILED})

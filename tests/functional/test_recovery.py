@@ -23,6 +23,7 @@ tests run the real ``instanceha-service`` process.
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -324,6 +325,30 @@ class TestRecovery(RecoveryTestBase):
         self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
                           'evacuated', 'powering_on', 'waiting_up',
                           'enabling', 'healthy'], news)
+
+    def test_reads_scheduled_by_heartbeats(self):
+        # [detection] nova_service_down_time told Nova's own (the peer's
+        # 6 s, below delta 8: Nova's verdict comes first): the failure is
+        # recovered and the host handed back as with a read every
+        # interval, and Nova's real answers (its whole-second stamps, its
+        # own clock) never look like a shorter down time than told.
+        logs = self.useFixture(fixtures.FakeLogger(
+            name='instanceha.engine.watch', level=logging.WARNING))
+        cloud = self.cloud(options={'detection.nova_service_down_time': 6})
+        cloud.boot('host1', 2)
+        eng = self.engine(cloud)
+        cloud.power_off('host1')
+        wait_for(lambda: cloud.service('host1').forced_down,
+                 RECOVERY_TIMEOUT, 'host1 forced down')
+        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
+                 'host1 enabled, up, not forced down')
+        wait_for(lambda: eng.state('host1') is None, 10, 'workflow done')
+        news = [d['new'] for d in
+                eng.record.named(events.HOST_STATE, 'host1')]
+        self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
+                          'evacuated', 'powering_on', 'waiting_up',
+                          'enabling', 'healthy'], news)
+        self.assertNotIn('nova_service_down_time', logs.output)
 
     def test_leave_disabled(self):
         cloud = self.cloud(options={'leave_disabled': True})

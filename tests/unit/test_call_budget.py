@@ -49,6 +49,7 @@ import fixtures
 import testtools
 
 from instanceha.engine import evacuation
+from instanceha.engine import watch
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
@@ -257,6 +258,49 @@ class TestSteadyState(testtools.TestCase):
                           'snapshot with services': 2, 'stopped_servers': 2,
                           'stopped_servers changes-since': 19},
                          counter.by_kind())
+
+
+class TestScheduledReads(testtools.TestCase):
+    """``[detection] nova_service_down_time`` set: reads by heartbeats."""
+
+    SCHEDULED = '\n[detection]\nnova_service_down_time = 60'
+
+    def test_steady_reads_few_and_a_failure_reads_while_it_boots(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        runs = {}
+        for name, extra in (('every', ''), ('scheduled', self.SCHEDULED)):
+            for kind, timeline in (('steady', ''),
+                                   ('fail', '30 power-off compute-0\n')):
+                case = os.path.join(tmp, name + kind)
+                os.mkdir(case)
+                runs[name, kind] = failure_calls(case, timeline, extra)
+        reads = {key: run[2].by_kind()['read_services']
+                 for key, run in runs.items()}
+        # Steady: a read when a heartbeat could turn and once a poll,
+        # against one a tick.
+        self.assertLess(reads['scheduled', 'steady'] * 10,
+                        reads['every', 'steady'])
+        # The failure is fenced when a read every tick sees it...
+        lines = {key: run[1] for key, run in runs.items()}
+
+        def at(key, words):
+            return [float(line.split()[0]) for line in lines[key]
+                    if words in line][0]
+        for words in ('compute-0 host_state new=fencing',
+                      'compute-0 evacuate_requested'):
+            self.assertEqual(at(('every', 'fail'), words),
+                             at(('scheduled', 'fail'), words))
+        # ...handed back within 3 s of its boot, and its extra reads are
+        # those of the wait for it: one every WAIT_INTERVAL from its
+        # fencing to its hand-back, and a few owed after writes.
+        fenced = at(('scheduled', 'fail'), 'new=fenced old=fencing')
+        enabled = at(('scheduled', 'fail'),
+                     'compute-0 host_state enabled=true')
+        booted = at(('scheduled', 'fail'), 'host compute-0 booted')
+        self.assertLessEqual(enabled - booted, 3)
+        extra = reads['scheduled', 'fail'] - reads['scheduled', 'steady']
+        self.assertLessEqual(
+            extra, (enabled - fenced) / watch.WAIT_INTERVAL + 5)
 
 
 class TestFullReads(testtools.TestCase):
