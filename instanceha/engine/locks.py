@@ -27,8 +27,9 @@ stay locked for good. This sweep is the net for those:
   healthy;
 * an instance whose lock reason is ours (it names the host it was
   evacuated from, see :func:`instanceha.engine.evacuation.lock_reason`)
-  is left alone while that host is in our hands (its workflow or
-  aftercare watches it) and while it is being rebuilt (Nova's task
+  is left alone while a job of ours looks after that host's instances
+  (its evacuation, its aftercare, or a recovery yet to evacuate, whose
+  job reads our locks) and while it is being rebuilt (Nova's task
   state); otherwise, if it was rebuilt elsewhere, the status its lock
   reason recorded (``was SHUTOFF``, ``was ERROR``) is restored, and it is
   unlocked;
@@ -36,8 +37,10 @@ stay locked for good. This sweep is the net for those:
   never touched;
 * while some were still being rebuilt (or an unlock failed), the listing
   is read again every ``poll`` seconds until none is left; a host whose
-  workflow held some of ours has them looked at again once that workflow
-  (and its aftercare) has ended.
+  job held some of ours has them looked at again once no job of ours
+  looks after them. A host left disabled, failed or waiting to come up
+  no longer does: a lock its evacuation job did not live to take off
+  (the copy stopped after a rebuild failed) is found then.
 
 It runs in the tick thread, only while this copy leads and
 ``[DEFAULT] disabled`` is false; every write passes the guarded cloud
@@ -81,14 +84,14 @@ class LockSweep:
     def tick(self, mono: float, in_hands: Callable[[str], bool]) -> None:
         """Sweep when one is wanted and due (the tick thread, as leader).
 
-        ``in_hands(host)``: whether a workflow of ours (or its aftercare)
-        holds ``host``; called right before each write.
+        ``in_hands(host)``: whether a job of ours looks after our locks
+        on ``host``'s instances; called right before each write.
         """
         if self._why is None and self._waiting:
             ended = sorted(h for h in self._waiting if not in_hands(h))
             if ended:
                 self._waiting.difference_update(ended)
-                self.want('recovery of %s ended' % ', '.join(ended))
+                self.want('evacuation of %s ended' % ', '.join(ended))
         if self._why is None:
             return
         if self._next is not None and mono < self._next:

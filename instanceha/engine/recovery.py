@@ -236,8 +236,19 @@ class Engine(poll.Poll, steps.Steps):
         self._advance()
 
     def _in_hands(self, host: str) -> bool:
-        """Whether a workflow of ours (or its aftercare) holds ``host``."""
-        return host in self._workflows or host in self._aftercare
+        """Whether a job of ours looks after our locks on ``host``'s instances.
+
+        Its aftercare, a running job, or a workflow that has yet to
+        evacuate (its job reads our locks when it lists the servers). Not
+        a workflow that only waits (left disabled, failed, waiting for the
+        host to come up): nothing of it would ever unlock an instance that
+        a job of an earlier copy locked and did not live to unlock.
+        """
+        if host in self._aftercare:
+            return True
+        wf = self._workflows.get(host)
+        return wf is not None and (wf.job is not None or
+                                   wf.state in workflow.NEEDS_SERVERS)
 
     def _busy(self) -> int:
         """Workflows holding one of the ``workers`` recovery slots."""
