@@ -57,7 +57,9 @@ first failure, so that it lands in every state of its recovery: the
 host powered back on by someone, an operator acting on it, leadership
 lost with jobs queued, a second failure sharing ``max_in_flight``,
 scarce capacity, veto hooks, markers left by a previous copy, clock
-skew.
+skew. A third (``SETTINGS_MIX``) varies settings: services reads
+scheduled by heartbeats (Nova's service_down_time given right, too long
+or too short), with the hosts' heartbeats spread or in step.
 
 ``--mix`` chooses the kinds of fault (default: all of them); the CI
 smoke run (tests/scenarios/test_fuzz.py) uses a narrower mix and says
@@ -101,7 +103,13 @@ BASE_MIX = ('host', 'return', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
 #: skewed from the start or steps during a recovery.
 EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
              'marker', 'skew')
-MIX_ALL = BASE_MIX + EXTRA_MIX
+#: Settings drawn from a third stream (seeds found before still build the
+#: same stories): reads: services reads scheduled by heartbeats
+#: (``[detection] nova_service_down_time`` set to Nova's value, too long
+#: or too short), the hosts' heartbeats spread over Nova's report
+#: interval or not.
+SETTINGS_MIX = ('reads',)
+MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX
 
 #: Invariant names, from the simulator's CHECK messages.
 INVARIANTS = (
@@ -164,6 +172,14 @@ class Case:
         self.pdus = {h: 'pdu-%s' % h for h in self.hosts
                      if rnd.random() < 0.3}
         self.options = self._options()
+        sr = random.Random(seed * 15485863 + 29)
+        #: The hosts' heartbeats spread over Nova's report interval.
+        self.spread = False
+        if 'reads' in mix and sr.random() < 0.35:
+            # Nova's service_down_time in the simulator is 60 s.
+            self.options['detection.nova_service_down_time'] = str(
+                sr.choice([60, 60, 90, 30]))
+            self.spread = sr.random() < 0.5
         self.timeline: list[tuple[float, str, tuple[str, ...]]] = []
         self.operator: dict[str, str | None] = {}
         self._events()
@@ -216,7 +232,9 @@ class Case:
             if power == 'off':
                 hosts[h]['last_heartbeat'] = -600
         return {
-            'simulation': {'end': END, 'copies': self.copies},
+            'simulation': dict({'end': END, 'copies': self.copies}, **(
+                {'timing': {'heartbeat_spread': True}} if self.spread
+                else {})),
             'defaults': {'vcpus': vcpus},
             'hosts': hosts,
             'devices': {pdu: {'host': h, 'kind': 'outlet'}

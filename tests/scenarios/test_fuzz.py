@@ -34,6 +34,14 @@ message_interval`` after its last message still proved the host off
 until that interval was over) is fixed: an evacuation leaves a dumping
 host only right after a fresh fence_kdump message (case
 kdump-ends-just-after-a-message).
+
+Seed 19026 (a copy that crashed after a rebuild failed, before it took
+that instance's lock off, while the host then stayed left disabled: the
+new leader counted the host as looked after for good, and the instance
+stayed locked) is fixed: a host shields our locks on its instances only
+while a job of ours evacuates or watches them (case
+rebuild-fails-then-leader-crash-left-disabled). The smoke run also varies
+settings (``SETTINGS_MIX``): services reads scheduled by heartbeats.
 """
 
 import importlib.util
