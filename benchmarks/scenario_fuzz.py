@@ -633,6 +633,13 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         recovering = {h.name for h in sim.world.hosts.values()
                       if re.match(r'instanceha:(fenced|evacuating) ',
                                   h.disabled_reason or '')}
+        # Or as a running copy holds it: an operator who enabled a host
+        # mid-evacuation erased the marker, not the evacuation.
+        for copy in sim.copies.values():
+            if copy.running and hasattr(copy.engine, 'host_states'):
+                recovering.update(
+                    h for h, st in copy.engine.host_states().items()
+                    if getattr(st, 'value', st) in ('fenced', 'evacuating'))
         for name, srv in sorted(sim.world.servers.items()):
             m = re.match(r'instanceha: evacuating from (\S+)',
                          srv.locked_reason or '')
