@@ -259,6 +259,9 @@ class InstanceTask:
     #: Evacuate calls Nova failed to answer (not counted as attempts:
     #: Nova's fault is not the instance's; only spaces the calls out).
     nova_errors: int = 0
+    #: Found being rebuilt without a record in this job's listing (see
+    #: :meth:`EvacuationJob._own_records`).
+    unlisted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,6 +537,7 @@ class EvacuationJob:
                 # Being rebuilt (its record may not be listed yet): watched,
                 # never evacuated again; its record is picked up when listed.
                 task.current = live[0].id if live else None
+                task.unlisted = not live
                 task.state = TaskState.IN_FLIGHT
                 task.accepted = True
                 task.started = env.clock.monotonic()
@@ -817,6 +821,8 @@ class EvacuationJob:
                 task.current = new[0].id
                 task.known.add(new[0].id)
         rec = next((r for r in recs if r.id == task.current), None)
+        if rec is None and task.unlisted:
+            recs, rec = self._own_records(env, task, read)
         if rec is None or rec.status in MIGRATION_RUNNING:
             if overdue:
                 self._give_up(env, task, 'rebuild did not finish within '
@@ -861,6 +867,33 @@ class EvacuationJob:
         self._failed_attempt(env, task, rec.dest_host or task.target,
                              reason, snapshot, events.EVACUATE_FAILED,
                              dest=rec.dest_host, reason=reason)
+
+    def _own_records(self, env, task: InstanceTask,
+                     read: Callable[[str], model.Server]
+                     ) -> tuple[list[model.Migration],
+                                model.Migration | None]:
+        """A rebuild found running whose record the job's listing lacks.
+
+        Its record may just not be listed yet; or it may be older than
+        the job's listing reaches (an earlier recovery of this host whose
+        marker was lost: an operator enabled the host mid-evacuation, and
+        the host was found failed anew), and then that listing never
+        shows it. The server's own records, listed without that bound,
+        do: the newest is the running attempt's, unless that one is not
+        listed yet either (an older one that ended is taken only once the
+        server is no longer being rebuilt). One small listing a look,
+        only for such instances; the records still decide, as for every
+        other rebuild.
+        """
+        own = env.cloud.migrations(server_id=task.server_id)
+        if task.current is None and own and own[0].id not in task.known:
+            newest = own[0]
+            if (newest.status in MIGRATION_RUNNING | MIGRATION_DONE or
+                    not read(task.server_id).task_state):
+                task.current = newest.id
+                task.known.add(newest.id)
+                task.attempts = max(task.attempts, 1)  # that rebuild
+        return own, next((r for r in own if r.id == task.current), None)
 
     def _placer(self, env, snapshot: model.Snapshot | None
                 ) -> Callable[[InstanceTask], str | None]:
