@@ -266,6 +266,14 @@ class RecoveryTestBase(testtools.TestCase):
     def engine(self, cloud):
         return self.useFixture(EngineRunner(cloud.config_file))
 
+    def fail_and_recover(self, cloud, host='host1'):
+        """Power ``host`` off; wait until it is marked, then handed back."""
+        cloud.power_off(host)
+        wait_for(lambda: cloud.service(host).forced_down,
+                 RECOVERY_TIMEOUT, '%s forced down' % host)
+        wait_for(lambda: cloud.recovered(host), RECOVERY_TIMEOUT,
+                 '%s enabled, up, not forced down' % host)
+
 
 class TestRecovery(RecoveryTestBase):
 
@@ -337,11 +345,7 @@ class TestRecovery(RecoveryTestBase):
         cloud = self.cloud(options={'detection.nova_service_down_time': 6})
         cloud.boot('host1', 2)
         eng = self.engine(cloud)
-        cloud.power_off('host1')
-        wait_for(lambda: cloud.service('host1').forced_down,
-                 RECOVERY_TIMEOUT, 'host1 forced down')
-        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
-                 'host1 enabled, up, not forced down')
+        self.fail_and_recover(cloud)
         wait_for(lambda: eng.state('host1') is None, 10, 'workflow done')
         news = [d['new'] for d in
                 eng.record.named(events.HOST_STATE, 'host1')]
@@ -449,11 +453,7 @@ class TestRecovery(RecoveryTestBase):
         cloud.nova.create_aggregate('rack-1', hosts=['host1', 'host5'],
                                     client=cloud.client)
         eng = self.engine(cloud)
-        cloud.power_off('host1')
-        wait_for(lambda: cloud.service('host1').forced_down,
-                 RECOVERY_TIMEOUT, 'host1 forced down')
-        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
-                 'host1 recovered')
+        self.fail_and_recover(cloud)
         self.assertEqual([{'spare': 'host5'}],
                          eng.record.named(events.SPARE_CLAIMED, 'host1'))
         self.assertEqual('enabled', cloud.service('host5').status)
@@ -475,11 +475,7 @@ class TestOrchestrated(RecoveryTestBase):
         apps = cloud.boot('host1', 2, name='app', metadata={key: '5'})
         rest, = cloud.boot('host1', 1, name='rest')
         eng = self.engine(cloud)
-        cloud.power_off('host1')
-        wait_for(lambda: cloud.service('host1').forced_down,
-                 RECOVERY_TIMEOUT, 'host1 forced down')
-        wait_for(lambda: cloud.recovered('host1'), RECOVERY_TIMEOUT,
-                 'host1 recovered')
+        self.fail_and_recover(cloud)
         lines = [(e, d['server']) for e, _h, d in eng.record.events
                  if e in (events.EVACUATE_REQUESTED, events.EVACUATE_DONE)]
         order = [srv for e, srv in lines]

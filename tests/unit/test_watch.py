@@ -306,23 +306,23 @@ class TestDetectionAtEveryPhase(testtools.TestCase):
         beat = self.REPORT * (died // self.REPORT)  # h0's phase is 0
         return beat + min(nova_down, delta)
 
-    def test_nova_down_first(self):
+    def seen_at_every_phase(self, delta, few_reads):
+        """Death at 40 heartbeat phases: seen within one interval each."""
         for i in range(40):
             died = 20 + 0.55 * i
-            seen, reads = self.run_cloud(died, 60, delta=300)
-            late = seen - self.turn(died, 60, 300)
+            seen, reads = self.run_cloud(died, 60, delta=delta)
+            late = seen - self.turn(died, 60, delta)
             self.assertGreater(late, 0, died)
             self.assertLessEqual(late, 0.5 + self.TICK, died)
+            if few_reads:
+                # ...with a read every few seconds at most, not every 0.5 s.
+                self.assertLess(reads, seen / 0.5 / 4, died)
+
+    def test_nova_down_first(self):
+        self.seen_at_every_phase(300, few_reads=False)
 
     def test_delta_first(self):
-        for i in range(40):
-            died = 20 + 0.55 * i
-            seen, reads = self.run_cloud(died, 60, delta=30)
-            late = seen - self.turn(died, 60, 30)
-            self.assertGreater(late, 0, died)
-            self.assertLessEqual(late, 0.5 + self.TICK, died)
-            # ...with a read every few seconds at most, not every 0.5 s.
-            self.assertLess(reads, seen / 0.5 / 4, died)
+        self.seen_at_every_phase(30, few_reads=True)
 
 
 class TestInTheSimulator(testtools.TestCase):
