@@ -266,6 +266,14 @@ class RecoveryTestBase(testtools.TestCase):
     def engine(self, cloud):
         return self.useFixture(EngineRunner(cloud.config_file))
 
+    def assert_whole_recovery(self, eng, host='host1'):
+        """The workflow ended after every step of a recovery, in order."""
+        wait_for(lambda: eng.state(host) is None, 10, 'workflow done')
+        news = [d['new'] for d in eng.record.named(events.HOST_STATE, host)]
+        self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
+                          'evacuated', 'powering_on', 'waiting_up',
+                          'enabling', 'healthy'], news)
+
     def fail_and_recover(self, cloud, host='host1'):
         """Power ``host`` off; wait until it is marked, then handed back."""
         cloud.power_off(host)
@@ -327,12 +335,7 @@ class TestRecovery(RecoveryTestBase):
             self.assertFalse(cloud.server(sid).locked)
         self.assertEqual('host2', cloud.server(other).host)
         self.assertEqual([], cloud.evacuations(other))
-        wait_for(lambda: eng.state('host1') is None, 10, 'workflow done')
-        news = [d['new'] for d in
-                eng.record.named(events.HOST_STATE, 'host1')]
-        self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
-                          'evacuated', 'powering_on', 'waiting_up',
-                          'enabling', 'healthy'], news)
+        self.assert_whole_recovery(eng)
 
     def test_reads_scheduled_by_heartbeats(self):
         # [detection] nova_service_down_time told Nova's own (the peer's
@@ -346,12 +349,7 @@ class TestRecovery(RecoveryTestBase):
         cloud.boot('host1', 2)
         eng = self.engine(cloud)
         self.fail_and_recover(cloud)
-        wait_for(lambda: eng.state('host1') is None, 10, 'workflow done')
-        news = [d['new'] for d in
-                eng.record.named(events.HOST_STATE, 'host1')]
-        self.assertEqual(['suspect', 'fencing', 'fenced', 'evacuating',
-                          'evacuated', 'powering_on', 'waiting_up',
-                          'enabling', 'healthy'], news)
+        self.assert_whole_recovery(eng)
         self.assertNotIn('nova_service_down_time', logs.output)
 
     def test_leave_disabled(self):
