@@ -90,6 +90,18 @@ class Poll(tick.Plumbing):
             taken_at=snap.taken_at, clock_skew=snap.clock_skew)
         self._taken_over(snap)
 
+    def _attention(self) -> dict[str, tuple]:
+        """What the services show of hosts not ours (see watch.attention).
+
+        Also says whether all is quiet: nothing shown, nothing in our
+        hands, and the services alone show every failure.
+        """
+        seen = watch.attention(self.snapshot, self.env.clock.now(),
+                               self.conf.delta, skip=self._workflows)
+        self._watch.quiet = (not seen and not self._workflows and
+                             self._services_tell_all())
+        return seen
+
     def _read_need(self) -> str:
         """What the services are needed for now (see :mod:`.watch`).
 
@@ -101,7 +113,7 @@ class Poll(tick.Plumbing):
         if self._writes() != self._writes_read:
             return watch.NOW  # a write of ours the last read may not show
         need = watch.CALM
-        for host, wf in self._workflows.items():
+        for wf in self._workflows.values():
             if self._power_on_near(wf):
                 return watch.NOW
             if wf.state in workflow.WATCHED:
@@ -176,10 +188,7 @@ class Poll(tick.Plumbing):
         if self._watched is not None and self._watched[0] == mono:
             if self._watched[1] is None:
                 return poll_due  # the full read reports Nova's trouble
-            seen = watch.attention(self.snapshot, self.env.clock.now(),
-                                   self.conf.delta, skip=self._workflows)
-            w.quiet = (not seen and not self._workflows and
-                       self._services_tell_all())
+            seen = self._attention()
             w.news = seen != w.seen
             if w.news and self._fresh:
                 return True

@@ -216,12 +216,8 @@ class Engine(poll.Poll, steps.Steps):
             self._cycle()
             if self._fresh:
                 self._judged_tick = self._ticks
-                seen = watch.attention(self.snapshot, self.env.clock.now(),
-                                       self.conf.delta, skip=self._workflows)
-                self._watch.seen = seen
+                self._watch.seen = self._attention()
                 self._watch.news = False
-                self._watch.quiet = (not seen and not self._workflows and
-                                     self._services_tell_all())
         if self.conf.disabled:
             return
         if self._fresh:
