@@ -12,7 +12,7 @@
 
 """What one steady-state read of Nova costs the service in CPU.
 
-Builds the production cloud port (:class:`instanceha.cloud.nova.NovaCloud`)
+Builds the production cloud port (:class:`instanceha.adapters.nova.NovaCloud`)
 in this process against the real peers the functional tests use (a real
 keystone, a real nova with fake-driver computes) and times this process's
 CPU (user + system) over ``--reads`` calls of the services read alone
@@ -45,7 +45,7 @@ if ROOT not in sys.path:
 
 from oslo_config import cfg  # noqa: E402
 
-from instanceha.cloud import nova  # noqa: E402
+from instanceha.adapters import nova  # noqa: E402
 from instanceha import conf as ha_conf  # noqa: E402
 from tests.functional import peers  # noqa: E402
 

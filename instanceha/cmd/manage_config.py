@@ -32,9 +32,9 @@ def _list_drivers(conf: cfg.ConfigOpts) -> int:
 def _validate_config(conf: cfg.ConfigOpts) -> int:
     # The checks the service runs before its first cycle (preflight),
     # all of them, so that one run names every problem.
+    from instanceha.daemon import preflight
     from instanceha.plugins.fencing import config
     from instanceha.plugins.notifiers import dispatcher
-    from instanceha import preflight
 
     strict = conf.command.validate_strict
     findings = preflight.run(conf)

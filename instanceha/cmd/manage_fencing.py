@@ -36,7 +36,7 @@ import logging
 from oslo_config import cfg
 
 from instanceha.cmd import manage_fencing_power
-from instanceha import manual_fencing as manual
+from instanceha.ops import manual_fencing as manual
 from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import topology
 
@@ -104,7 +104,7 @@ def compare_with_nova(conf: cfg.ConfigOpts, rows: list[Row],
     A compute host without an entry is never evacuated; an entry that
     names no compute (a typo, a renamed host) protects nobody.
     """
-    from instanceha.cloud import nova
+    from instanceha.adapters import nova
 
     services = nova.NovaCloud(conf).list_services()
     computes = sorted({s.host for s in services})

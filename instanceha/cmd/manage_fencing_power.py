@@ -20,7 +20,7 @@ ask for a confirmation (``--yes`` answers it; without a terminal and
 without ``--yes`` they refuse) and are refused while the service holds
 the host in a recovery, which they read from Nova (the marker on the
 host's compute service, the ``[nova]`` options), so they give the same
-answer on every machine. See :mod:`instanceha.manual_fencing`.
+answer on every machine. See :mod:`instanceha.ops.manual_fencing`.
 """
 
 import sys
@@ -28,7 +28,7 @@ import sys
 from oslo_config import cfg
 
 from instanceha import exceptions
-from instanceha import manual_fencing as manual
+from instanceha.ops import manual_fencing as manual
 from instanceha.plugins.fencing import config
 from instanceha.plugins.fencing import topology
 
@@ -112,7 +112,7 @@ def confirm(what: str, yes: bool) -> None:
 
 def _power(conf: cfg.ConfigOpts, action: str) -> int:
     from instanceha.cmd import manage_fencing
-    from instanceha import service
+    from instanceha.daemon import service
 
     manage_fencing.quiet_sushy(conf)
     args = conf.command

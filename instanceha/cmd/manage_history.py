@@ -13,7 +13,7 @@
 """instanceha-manage hosts history / instances history.
 
 "What happened to host X" and "where is my VM, and why did it move",
-answered from Nova's own records (see :mod:`instanceha.history`), so it
+answered from Nova's own records (see :mod:`instanceha.ops.history`), so it
 works from any machine with the configuration, whichever copy of the
 service was leader, after any restart.
 """
@@ -25,7 +25,7 @@ import re
 from oslo_config import cfg
 
 from instanceha import exceptions
-from instanceha import history
+from instanceha.ops import history
 
 _RELATIVE = re.compile(r'^(\d+)([mhd])$')
 _UNITS = {'m': 'minutes', 'h': 'hours', 'd': 'days'}
@@ -93,7 +93,7 @@ def format_instance(server: str, moves: list[history.InstanceMove]) -> str:
 
 
 def _cloud(conf):
-    from instanceha import service
+    from instanceha.daemon import service
     return service.make_cloud(conf)
 
 

@@ -43,7 +43,7 @@ CLEARABLE = (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP)
 
 
 def _cloud(conf):
-    from instanceha import service
+    from instanceha.daemon import service
     return service.make_cloud(conf)
 
 
@@ -145,7 +145,7 @@ def clear(cloud, host: str, enable: bool, now) -> str:
 
 
 def _clear(conf: cfg.ConfigOpts) -> int:
-    from instanceha import clock
+    from instanceha.adapters import clock
     print(clear(_cloud(conf), conf.command.host, conf.command.enable,
                 clock.SystemClock().now()))
     return 0

@@ -36,7 +36,7 @@ WAIT = 120.0
 
 
 def _cloud(conf):
-    from instanceha import service
+    from instanceha.daemon import service
     return service.make_cloud(conf)
 
 

@@ -16,7 +16,7 @@
 service then leaves it alone: no fencing, no evacuation, even if it goes
 down) and live-migrates its instances away; ``status HOST`` shows what
 is left; ``end HOST [--return]`` enables it and optionally brings the
-instances home. See :mod:`instanceha.maintenance`.
+instances home. See :mod:`instanceha.ops.maintenance`.
 """
 
 import json
@@ -24,11 +24,11 @@ import sys
 
 from oslo_config import cfg
 
-from instanceha import maintenance
+from instanceha.ops import maintenance
 
 
 def _maint(conf) -> maintenance.Maintenance:
-    from instanceha import service
+    from instanceha.daemon import service
 
     def out(text: str) -> None:
         print(text, flush=True)
@@ -49,7 +49,7 @@ def _summary(outcomes: list[maintenance.Outcome]) -> int:
 
 
 def _start(conf: cfg.ConfigOpts) -> int:
-    from instanceha import clock
+    from instanceha.adapters import clock
     from instanceha.conf import filters
     c = conf.command
     if 'enabled' not in filters.names(conf):

@@ -30,9 +30,9 @@ import socket
 
 from oslo_config import cfg
 
+from instanceha.adapters import pause_store
 from instanceha.engine import pause as pause_mod
 from instanceha import exceptions
-from instanceha import pause_store
 
 _UNITS = {'s': 1, 'm': 60, 'h': 3600, 'd': 86400}
 _DURATION = re.compile(r'(\d+(?:\.\d+)?)([smhd])')

@@ -113,7 +113,7 @@ def hook_gates(drivers, ask: bool) -> tuple[object, str | None]:
 
 
 def _plan(conf: cfg.ConfigOpts) -> int:
-    from instanceha.cloud import nova
+    from instanceha.adapters import nova
     from instanceha.engine import decide
 
     drivers, note = hook_gates(loader.load_deciders(conf),

@@ -17,8 +17,8 @@ import sys
 from oslo_config import cfg
 
 from instanceha.cmd import common
+from instanceha.daemon import preflight
 from instanceha.plugins import loader
-from instanceha import preflight
 
 PROG = 'instanceha-service'
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         # The checks config validate runs: what it accepts, we start with.
         preflight.check_startup(conf)
         drivers = loader.load_configured(conf)
-        from instanceha import service
+        from instanceha.daemon import service
         return service.run(conf, drivers)
 
     return common.run(PROG, body)

@@ -27,8 +27,8 @@ from oslo_log import log
 from oslo_upgradecheck import upgradecheck
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import preflight
 from instanceha import exceptions
-from instanceha import preflight
 
 PROG = 'instanceha-status'
 
@@ -63,7 +63,7 @@ class Checks(upgradecheck.UpgradeCommands):
     def cloud(self):
         """The Nova port, once; None (and the reason) if it cannot load."""
         if self._cloud is None and self._cloud_error is None:
-            from instanceha.cloud import nova
+            from instanceha.adapters import nova
             try:
                 self._cloud = nova.NovaCloud(self.conf)
             except exceptions.ConfigurationError as exc:
@@ -71,7 +71,7 @@ class Checks(upgradecheck.UpgradeCommands):
         return self._cloud
 
     def _nova(self) -> Result:
-        from instanceha.cloud import nova
+        from instanceha.adapters import nova
 
         cloud = self.cloud()
         if cloud is None:
@@ -92,7 +92,7 @@ class Checks(upgradecheck.UpgradeCommands):
             % (low, high, nova.MICROVERSION, len(services))))
 
     def _coordination(self) -> Result:
-        from instanceha import coordination
+        from instanceha.adapters import coordination
 
         try:
             coordinator = coordination.ToozCoordinator.from_conf(self.conf)

@@ -17,7 +17,7 @@ This is the part of running the service that is engine: tick every
 (health, for readiness and metrics), keep going when a tick fails, and
 shut the engine down cleanly at the end. Building the engine's
 environment from the real world (Nova, fencing devices, the coordination
-backend) is not engine and lives in :mod:`instanceha.service`.
+backend) is not engine and lives in :mod:`instanceha.daemon.service`.
 """
 
 from collections.abc import Iterable
@@ -31,7 +31,7 @@ LOG = logging.getLogger(__name__)
 
 
 class TickObserver(typing.Protocol):
-    """Told about every tick (see :class:`instanceha.health.Monitor`)."""
+    """Told about every tick (see :class:`instanceha.daemon.health.Monitor`)."""
 
     def tick_started(self) -> None:
         """A tick is about to run."""

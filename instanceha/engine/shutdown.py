@@ -35,7 +35,7 @@ This module holds what every path needs and nothing that talks to the
 world: the announcement record, the policy lookup and
 :class:`AnnouncedFencer`, the fencing port's rule for announced hosts.
 The side effects of freeze and migrate (disabling, draining, enabling)
-live in :mod:`instanceha.shutdown`.
+live in :mod:`instanceha.daemon.shutdown_handler`.
 """
 
 import dataclasses
@@ -141,7 +141,7 @@ class Frozen(marker.NovaClockTimes):
 
 
 #: How the note of the maintenance of a host drained by the migrate policy
-#: starts (:mod:`instanceha.shutdown`; only such a maintenance is ended
+#: starts (:mod:`instanceha.daemon.shutdown_handler`; only such a maintenance is ended
 #: there).
 DRAIN_NOTE = 'shutdown policy migrate:'
 

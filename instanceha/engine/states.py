@@ -22,7 +22,7 @@
        +------------------ enabling <--- waiting_up <-----------+
 
     healthy -> draining -> frozen -> healthy     (an announced shutdown,
-       |                     ^                    instanceha.shutdown)
+       |                     ^                    instanceha.daemon.shutdown_handler)
        +---------------------+
 
 Every log line, event and Nova marker names these states. The marker

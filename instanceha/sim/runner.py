@@ -36,13 +36,13 @@ import time as _time
 from oslo_config import cfg
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import reloading
+from instanceha.daemon import shutdown_handler as sim_shutdown
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha import exceptions
-from instanceha import maintenance
+from instanceha.ops import maintenance
 from instanceha.plugins import loader
-from instanceha import reloading
-from instanceha import shutdown as sim_shutdown
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import coordinator as sim_coord

@@ -28,11 +28,11 @@ import os
 from oslo_config import cfg
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import reloading
 from instanceha.engine import pause as pause_mod
 from instanceha import exceptions
-from instanceha import maintenance
-from instanceha import manual_fencing
-from instanceha import reloading
+from instanceha.ops import maintenance
+from instanceha.ops import manual_fencing
 from instanceha.sim import announce as sim_announce
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import guests

@@ -65,7 +65,7 @@ from typing import Any
 from oslo_config import cfg
 import yaml
 
-from instanceha import clock as clock_mod
+from instanceha.adapters import clock as clock_mod
 from instanceha import conf as ha_conf
 from instanceha import exceptions
 from instanceha.plugins.fencing import base

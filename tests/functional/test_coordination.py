@@ -29,7 +29,7 @@ import time
 import fixtures
 import testtools
 
-from instanceha import coordination
+from instanceha.adapters import coordination
 from instanceha import exceptions
 from tests.functional import peers
 from tests.functional.peers import base as peer_base
@@ -140,7 +140,7 @@ class _Election:
         """A copy in a child process; returns once it leads."""
         script = textwrap.dedent('''
             import sys, time
-            from instanceha import coordination
+            from instanceha.adapters import coordination
             c = coordination.ToozCoordinator(
                 sys.argv[1], member_id=sys.argv[2], lease_time=%d,
                 heartbeat_interval=%r, group='test')

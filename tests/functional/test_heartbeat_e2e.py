@@ -14,7 +14,7 @@
 
 Real parts: nova (NovaPeer), IPMI BMCs driven by the real ipmitool
 (IpmiBmcPeer), the production engine and environment
-(:mod:`instanceha.service`, via the recovery tests' fixtures), the
+(:mod:`instanceha.daemon.service`, via the recovery tests' fixtures), the
 real ``instanceha-heartbeat-agent`` processes and the real
 ``fence_kdump_send`` from fence-agents. The detectors are started like
 ``service.run`` starts them.

@@ -71,7 +71,7 @@ class TestHeartbeatWithNova(test_heartbeat.HeartbeatFixture):
     def snapshot(self) -> model.Snapshot:
         """Nova as the engine sees it, through the service's own adapter."""
         if self.cloud is None:
-            from instanceha.cloud import nova as cloud_nova
+            from instanceha.adapters import nova as cloud_nova
             self.conf.set_override('auth_type', 'none', group='nova')
             self.conf.set_override('endpoint_override', self.nova.endpoint,
                                    group='nova')

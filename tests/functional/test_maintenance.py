@@ -28,7 +28,7 @@ from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import maintenance
+from instanceha.ops import maintenance
 from tests.functional import peers
 from tests.functional import test_nova_cloud as helpers
 from tests.functional import test_plan

@@ -28,7 +28,7 @@ from wsgiref import simple_server
 from oslo_config import cfg
 import testtools
 
-from instanceha.cloud import nova
+from instanceha.adapters import nova
 from instanceha import conf as ha_conf
 from instanceha.engine import evacuation
 from instanceha.engine import model

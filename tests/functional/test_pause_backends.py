@@ -22,11 +22,11 @@ unreachable backend keeps the last known pause instead of lifting it.
 
 import testtools
 
+from instanceha.adapters import pause_store
 from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import ports
 from instanceha.engine import recovery
-from instanceha import pause_store
 from tests.functional import peers
 from tests.unit import test_pause
 from tests.unit import test_recovery_fakes as fakes

@@ -16,7 +16,7 @@ A real nova (API, conductor, scheduler, placement, fake-virt computes;
 NovaPeer) and real IPMI BMC emulators driven by the real ipmitool
 (IpmiBmcPeer, wired to nova: powering a host off at its BMC kills its
 nova-compute, powering it on revives it). The engine runs with the
-production environment of :mod:`instanceha.service` (NovaCloud,
+production environment of :mod:`instanceha.daemon.service` (NovaCloud,
 the fencing topology with the ipmi driver, tooz with a file:// backend,
 a thread pool), in this process so the test can see its events; the last
 tests run the real ``instanceha-service`` process.
@@ -38,11 +38,11 @@ import testtools.content
 import testtools.content_type
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import service as service_mod
 from instanceha.engine import events
 from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha.plugins import loader
-from instanceha import service as service_mod
 from tests.functional import peers
 from tests.functional.peers import base as peer_base
 from tests.functional.peers import ipmi_peer

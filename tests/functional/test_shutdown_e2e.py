@@ -14,7 +14,7 @@
 
 Real parts: nova (NovaPeer), IPMI BMCs driven by the real ipmitool
 (IpmiBmcPeer), the production engine, environment and shutdown handler
-(:mod:`instanceha.service`, ticked with its observers), and real
+(:mod:`instanceha.daemon.service`, ticked with its observers), and real
 ``instanceha-heartbeat-agent`` processes stopped with SIGTERM as systemd
 stops them. What systemd's job list says is given to the agent with
 ``--shutdown-jobs-command`` (there is no systemd shutting down here); the

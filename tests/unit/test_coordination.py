@@ -21,7 +21,7 @@ tests/functional/test_coordination.py.
 import fixtures
 import testtools
 
-from instanceha import coordination
+from instanceha.adapters import coordination
 from instanceha import exceptions
 from tests.unit.test_conf import load
 

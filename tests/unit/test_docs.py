@@ -30,14 +30,14 @@ import fixtures
 import testtools
 import yaml
 
+from instanceha.adapters import coordination
 from instanceha.cmd import manage
 from instanceha import conf as ha_conf
-from instanceha import coordination
+from instanceha.daemon import health
+from instanceha.daemon import metrics as metrics_mod
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha.engine import states
-from instanceha import health
-from instanceha import metrics as metrics_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

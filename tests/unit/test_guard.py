@@ -197,7 +197,7 @@ class TestNovaRequestsBounded(testtools.TestCase):
     """The Nova adapter cuts each HTTP time-out to the call budget."""
 
     def test_timeout_cut_inside_a_guarded_call_only(self):
-        from instanceha.cloud import nova
+        from instanceha.adapters import nova
 
         class Http:
             def __init__(self):

@@ -30,14 +30,14 @@ import fixtures
 from prometheus_client import parser
 import testtools
 
-from instanceha.coordination import Status
+from instanceha.adapters.coordination import Status
+from instanceha.daemon import health
+from instanceha.daemon import metrics as metrics_mod
 from instanceha.engine import events as ev
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import health
-from instanceha import metrics as metrics_mod
 from tests import conf_fixture
 
 S = states.HostState

@@ -21,7 +21,7 @@ from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import history
+from instanceha.ops import history
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
 

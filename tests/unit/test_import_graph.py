@@ -29,9 +29,8 @@ import instanceha
 PACKAGE = pathlib.Path(instanceha.__file__).parent
 
 #: Modules the engine must never import (their sub-modules neither).
-FORBIDDEN = ('instanceha.cloud', 'instanceha.coordination',
-             'instanceha.health', 'instanceha.sim', 'instanceha.service',
-             'instanceha.cmd')
+FORBIDDEN = ('instanceha.adapters', 'instanceha.daemon', 'instanceha.ops',
+             'instanceha.sim', 'instanceha.cmd')
 
 
 def imported(path: pathlib.Path) -> set[str]:
@@ -42,7 +41,7 @@ def imported(path: pathlib.Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
-            # "from instanceha import coordination" names a module too.
+            # "from instanceha.adapters import coordination" names a module too.
             names.update('%s.%s' % (node.module, alias.name)
                          for alias in node.names)
     return names
@@ -69,9 +68,10 @@ class TestEngineImports(testtools.TestCase):
         engine = pathlib.Path(tmp, 'pkg', 'engine')
         engine.mkdir(parents=True)
         (engine / 'bad.py').write_text(
-            'def f():\n    from instanceha import coordination\n'
+            'def f():\n    from instanceha.adapters import coordination\n'
             '    import instanceha.sim.world\n')
         self.assertEqual(
-            ['pkg/engine/bad.py imports instanceha.coordination',
+            ['pkg/engine/bad.py imports instanceha.adapters',
+             'pkg/engine/bad.py imports instanceha.adapters.coordination',
              'pkg/engine/bad.py imports instanceha.sim.world'],
             violations(pathlib.Path(tmp, 'pkg')))

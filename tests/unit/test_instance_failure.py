@@ -193,8 +193,8 @@ class TestMetrics(testtools.TestCase):
     """The failure events are counted for Prometheus."""
 
     def test_counted(self):
+        from instanceha.daemon import metrics as metrics_mod
         from instanceha.engine import events
-        from instanceha import metrics as metrics_mod
         metrics = metrics_mod.Metrics()
         sink = metrics_mod.MetricsEventSink(metrics)
         sink.emit(events.PROCESS_FAILURE, 'h1', reason='x', disabled=True)

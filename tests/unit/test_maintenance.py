@@ -19,7 +19,7 @@ import testtools
 from instanceha.engine import model
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import maintenance
+from instanceha.ops import maintenance
 from instanceha.plugins.filters import enabled
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events

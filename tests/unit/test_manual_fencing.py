@@ -25,7 +25,7 @@ from instanceha.cmd import manage_fencing
 from instanceha.engine import marker
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import manual_fencing as manual
+from instanceha.ops import manual_fencing as manual
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import config
 from instanceha.sim import clock as sim_clock

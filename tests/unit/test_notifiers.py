@@ -224,7 +224,7 @@ class TestWiring(testtools.TestCase):
     """The service's first event reader is the notifier dispatcher."""
 
     def test_build_puts_the_configured_notifiers_first(self):
-        from instanceha import service as service_mod
+        from instanceha.daemon import service as service_mod
         from tests.unit import test_recovery_fakes as fakes
 
         rig = fakes.Rig()

@@ -18,7 +18,7 @@ import fixtures
 import requests
 import testtools
 
-from instanceha.cloud import nova
+from instanceha.adapters import nova
 
 NOVA = 'http://nova.example:8774/v2.1/os-services?binary=nova-compute'
 KEYSTONE = 'https://keystone.example:5000/v3/auth/tokens'

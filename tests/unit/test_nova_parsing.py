@@ -22,7 +22,7 @@ from unittest import mock
 
 import testtools
 
-from instanceha.cloud import nova
+from instanceha.adapters import nova
 from instanceha import exceptions
 from tests.unit import test_decide as h
 

@@ -25,13 +25,13 @@ import sys
 import fixtures
 import testtools
 
+from instanceha.adapters import pause_store
 from instanceha.cmd import manage_pause
+from instanceha.daemon import metrics as metrics_mod
 from instanceha.engine import events
 from instanceha.engine import pause as pause_mod
 from instanceha.engine.states import HostState as S
 from instanceha import exceptions
-from instanceha import metrics as metrics_mod
-from instanceha import pause_store
 from tests.unit import test_recovery_fakes as fakes
 
 T0 = fakes.T0

@@ -25,8 +25,8 @@ import os
 import fixtures
 import testtools
 
-from instanceha import health
-from instanceha import metrics as metrics_mod
+from instanceha.daemon import health
+from instanceha.daemon import metrics as metrics_mod
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 

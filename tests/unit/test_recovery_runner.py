@@ -19,10 +19,10 @@ import threading
 import fixtures
 import testtools
 
+from instanceha.daemon import service as service_mod
 from instanceha.engine import events
 from instanceha.engine import runner
 from instanceha.engine.states import HostState as S
-from instanceha import service as service_mod
 from tests.unit import test_recovery_fakes as fakes
 
 

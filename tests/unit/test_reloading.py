@@ -20,6 +20,7 @@ from oslo_config import cfg
 import testtools
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import reloading
 from instanceha.engine import events as ev
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import listener as lst_mod
@@ -28,7 +29,6 @@ from instanceha.plugins.detectors import heartbeat as hb_det
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import devices as devices_mod
 from instanceha.plugins.fencing import topology
-from instanceha import reloading
 from tests.unit import test_fencing
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from instanceha import clock as clock_mod
+from instanceha.adapters import clock as clock_mod
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.fencing import base

@@ -35,7 +35,7 @@ import threading
 
 from oslo_config import cfg
 
-from instanceha import clock as clock_mod
+from instanceha.adapters import clock as clock_mod
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.fencing import base

@@ -13,7 +13,7 @@
 """Nova's and Glance's answers, read into the engine's model.
 
 Plain functions of the JSON bodies and headers the API returns, apart
-from the calls that fetch them (:mod:`instanceha.cloud.nova`): what a
+from the calls that fetch them (:mod:`instanceha.adapters.nova`): what a
 field means when Nova leaves it out or sends null is decided here, once.
 """
 

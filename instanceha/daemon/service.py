@@ -13,8 +13,8 @@
 """The production service: the engine's ports wired to the real world.
 
 This is the composition root. :func:`build` gives the engine Nova
-(:mod:`instanceha.cloud.nova`), the fencing topology, the coordination
-backend (:mod:`instanceha.coordination`), the wall clock, a thread pool
+(:mod:`instanceha.adapters.nova`), the fencing topology, the coordination
+backend (:mod:`instanceha.adapters.coordination`), the wall clock, a thread pool
 of ``workers`` and an event fan-out whose first reader is the log.
 :func:`run` adds health and metrics explicitly (a metrics reader on the
 fan-out, the health monitor as an observer of every tick), starts the
@@ -31,21 +31,21 @@ import logging
 import signal
 import threading
 
-from instanceha import clock as clock_mod
+from instanceha.adapters import clock as clock_mod
+from instanceha.daemon import reloading
 from instanceha.engine import events as events_mod
 from instanceha.engine import executor as executor_mod
 from instanceha.engine import ports
 from instanceha.engine import recovery
 from instanceha.engine import runner
 from instanceha import exceptions
-from instanceha import reloading
 
 LOG = logging.getLogger(__name__)
 
 
 def make_cloud(conf) -> ports.CloudPort:
     """Nova, through the one module that imports novaclient."""
-    from instanceha.cloud import nova
+    from instanceha.adapters import nova
     cls = getattr(nova, 'NovaCloud')
     if hasattr(cls, 'from_conf'):
         return cls.from_conf(conf)
@@ -70,7 +70,7 @@ def make_listeners() -> ports.ListenerFactory:
 
 
 def make_coordinator(conf) -> ports.Coordinator:
-    from instanceha import coordination
+    from instanceha.adapters import coordination
     return coordination.ToozCoordinator.from_conf(conf)
 
 
@@ -91,7 +91,7 @@ def make_kdump(conf, drivers) -> ports.KdumpWatch | None:
 
 def make_pause(conf) -> ports.PauseSource | None:
     """The operator's pause, kept in the coordination backend."""
-    from instanceha import pause_store
+    from instanceha.adapters import pause_store
     try:
         return pause_store.from_conf(conf)
     except exceptions.ConfigurationError as exc:
@@ -99,7 +99,7 @@ def make_pause(conf) -> ports.PauseSource | None:
         return None
 
 
-#: SIGHUP's reloader lives in :mod:`instanceha.reloading`.
+#: SIGHUP's reloader lives in :mod:`instanceha.daemon.reloading`.
 Reloader = reloading.Reloader
 
 
@@ -117,7 +117,7 @@ class Service:
     #: Told about every tick of the loop (the health monitor).
     observers: list[runner.TickObserver] = dataclasses.field(
         default_factory=list)
-    #: The health monitor, once :func:`instanceha.health.attach` ran.
+    #: The health monitor, once :func:`instanceha.daemon.health.attach` ran.
     health: object | None = None
     #: The notifier dispatcher (``[notifications] drivers``) when build()
     #: chose the engine's first reader itself.
@@ -138,7 +138,7 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
     executor = executor_mod.ThreadPoolExecutor(conf.workers)
     clock = clock or clock_mod.SystemClock()
     fan_out = events_mod.FanOutEventSink(event_sink or notifications)
-    from instanceha import shutdown
+    from instanceha.daemon import shutdown_handler as shutdown
     heartbeat = shutdown.find_detector(drivers)
     env = ports.Environment(
         cloud=cloud or make_cloud(conf),
@@ -220,7 +220,7 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
             service.notifications.start()
             stoppers.append((service.notifications.stop, 'notifications'))
         if with_health:
-            from instanceha import health
+            from instanceha.daemon import health
             stoppers.append((health.attach(service), 'health'))
             if service.notifications is not None:
                 service.health.metrics.registry.register(

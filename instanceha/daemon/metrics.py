@@ -21,7 +21,7 @@
 * :class:`PauseCollector` and :func:`listener_metrics` — values read at
   scrape time: the operator's pause, the UDP listeners' packet counts.
 
-:mod:`instanceha.health` serves them on ``/metrics`` with the values only
+:mod:`instanceha.daemon.health` serves them on ``/metrics`` with the values only
 the running loop knows (leadership, readiness).
 """
 
@@ -41,7 +41,7 @@ from instanceha.engine import states
 from instanceha import exceptions
 
 if typing.TYPE_CHECKING:
-    from instanceha import health
+    from instanceha.daemon import health
 
 LOG = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ def _ts(when: datetime.datetime | None) -> str | None:
 
 
 def _time(text) -> datetime.datetime | None:
-    from instanceha.cloud import nova_answers
+    from instanceha.adapters import nova_answers
     return nova_answers.parse_time(text) if isinstance(text, str) else text
 
 

@@ -64,7 +64,7 @@ from novaclient import client as nova_client
 from novaclient import exceptions as nova_exc
 from oslo_config import cfg
 
-from instanceha.cloud import nova_answers as answers
+from instanceha.adapters import nova_answers as answers
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions

@@ -24,7 +24,7 @@ through the engine's guarded ports:
   ``instanceha-manage hosts list``; the ``enabled`` filter keeps the host
   out of scope, so nothing fences it even after a restart of this
   service);
-* migrate: the host goes into maintenance (:mod:`instanceha.maintenance`)
+* migrate: the host goes into maintenance (:mod:`instanceha.ops.maintenance`)
   and its instances are live-migrated away while the host's agent waits
   for the answer ``drained``;
 * the host returns (a heartbeat from its next boot and Nova reports it up):
@@ -48,7 +48,7 @@ from instanceha.engine import model
 from instanceha.engine import shutdown
 from instanceha.engine import states
 from instanceha.heartbeat import protocol
-from instanceha import maintenance
+from instanceha.ops import maintenance
 
 LOG = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class ShutdownHandler:
     :param detector: the heartbeat detector, whose listener heard the
         announcements.
     :param run_all: runs the live migrations of one host (see
-        :class:`instanceha.maintenance.Maintenance`).
+        :class:`instanceha.ops.maintenance.Maintenance`).
     """
 
     def __init__(self, conf, engine, detector,

@@ -39,7 +39,7 @@ from instanceha import exceptions
 
 
 def _redact(url: str) -> str:
-    from instanceha import coordination
+    from instanceha.adapters import coordination
     return coordination.redact_url(url)
 
 

@@ -13,7 +13,7 @@
 """Health (/healthz) and Prometheus metrics (/metrics) over HTTP.
 
 Two pieces, usable alone; the metrics themselves (and the sink that
-counts the engine's events) are in :mod:`instanceha.metrics`:
+counts the engine's events) are in :mod:`instanceha.daemon.metrics`:
 
 * :class:`Monitor` — what the service loop tells health: each engine tick
   (:meth:`Monitor.tick_started`, :meth:`Monitor.tick_finished`, as an
@@ -24,7 +24,7 @@ counts the engine's events) are in :mod:`instanceha.metrics`:
 * :class:`HealthServer` — a small threaded HTTP server serving both.
 
 :func:`attach` wires them into a service built by
-:func:`instanceha.service.build`.
+:func:`instanceha.daemon.service.build`.
 
 Readiness (``/healthz`` answers 200 or 503 with a JSON body saying why):
 
@@ -51,10 +51,10 @@ import time
 from prometheus_client import core as prom_core
 from prometheus_client import exposition
 
+from instanceha.daemon import metrics as metrics_mod
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha import exceptions
-from instanceha import metrics as metrics_mod
 
 LOG = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import datetime
 import re
 import threading
 
-from instanceha import clock as clock_mod
+from instanceha.adapters import clock as clock_mod
 from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import ports

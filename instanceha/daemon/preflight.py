@@ -53,7 +53,7 @@ def _values(conf: cfg.ConfigOpts) -> list[Finding]:
 
 def _nova(conf: cfg.ConfigOpts) -> list[Finding]:
     """[nova]: the auth plugin and its options load (no request made)."""
-    from instanceha.cloud import nova
+    from instanceha.adapters import nova
 
     nova.NovaCloud(conf)
     return []
@@ -61,7 +61,7 @@ def _nova(conf: cfg.ConfigOpts) -> list[Finding]:
 
 def _coordination(conf: cfg.ConfigOpts) -> list[Finding]:
     """The backend URL's scheme is known and its client library installed."""
-    from instanceha import coordination
+    from instanceha.adapters import coordination
 
     coordination.ToozCoordinator.from_conf(conf)
     return []
