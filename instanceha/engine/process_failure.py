@@ -32,7 +32,11 @@ The rules every action follows:
   the monitored hosts are isolated, nothing new is disabled; at most
   ``max_per_cycle`` services are disabled a cycle.
 * Every Nova write goes through the guarded cloud port (leadership at
-  the moment of the call).
+  the moment of the call), as a job of the workflow runtime
+  (:mod:`instanceha.engine.runtime`), never on the tick thread: a
+  disable or an enable is a workflow of kind ``process_failure`` that
+  runs one write and ends; its event is emitted when the write's result
+  is applied, in the tick thread.
 * A host that fails as a whole later (its heartbeat stops too) is
   planned like any other failed host; the recovery's marker replaces
   ours.
@@ -51,7 +55,9 @@ The rules every action follows:
   a guess.
 """
 
+import dataclasses
 import datetime
+import enum
 import logging
 
 from instanceha.engine import decide
@@ -60,6 +66,7 @@ from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
+from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 from instanceha import exceptions
 
@@ -89,6 +96,33 @@ def ours(service: model.Service | None) -> marker_mod.Marker | None:
     return parsed
 
 
+class Write(enum.Enum):
+    """The states of a ``process_failure`` workflow: one write, then done."""
+
+    DISABLE = 'disable'
+    ENABLE = 'enable'
+    DONE = 'done'
+
+
+#: The workflow kind's name in the runtime.
+KIND = 'process_failure'
+
+
+@dataclasses.dataclass(frozen=True)
+class _Change:
+    """What one workflow writes to a compute service, and what it tells.
+
+    ``failed``: the warning logged when Nova refuses the write (with the
+    host and the error); ``event``: emitted once the write is done.
+    """
+
+    service: model.Service
+    changes: tuple
+    failed: str
+    event: str
+    details: tuple
+
+
 def _opt(conf, name: str, default):
     try:
         return getattr(conf.process_failure, name)
@@ -99,9 +133,17 @@ def _opt(conf, name: str, default):
 class ProcessFailures:
     """Disables and re-enables the services of isolated hosts."""
 
-    def __init__(self, conf, env: ports.Environment):
+    def __init__(self, conf, env: ports.Environment,
+                 workflows: runtime.Runtime):
         self.conf = conf
         self.env = env
+        self.workflows = workflows
+        workflows.register(runtime.Kind(
+            name=KIND,
+            transitions={Write.DISABLE: frozenset({Write.DONE}),
+                         Write.ENABLE: frozenset({Write.DONE})},
+            steps={Write.DISABLE: self._write, Write.ENABLE: self._write},
+            final=frozenset({Write.DONE})))
         self._held: dict[str, tuple] = {}
         #: Hosts whose nova-compute this copy saw up since it last led
         #: and whose outage, if any, nobody else has ended: only these
@@ -128,6 +170,7 @@ class ProcessFailures:
         if not _opt(self.conf, 'enabled', True):
             return
         self._enable_returned(snapshot, plan, now)
+        self._run()
         decisions = {d.host: d for d in plan.decisions}
         self._episodes(snapshot, decisions)
         isolated = sorted(
@@ -161,6 +204,7 @@ class ProcessFailures:
         for host in new[:cap]:
             self._disable(snapshot.service(host), decisions[host],
                           snapshot.nova_now(now))
+        self._run()
         self._report('hold', tuple(new[cap:]), 'cap of %d per cycle '
                      '([process_failure] max_per_cycle); next cycle' % cap)
 
@@ -211,17 +255,39 @@ class ProcessFailures:
             self.env.events.emit(events.PROCESS_FAILURE_HELD, hosts=hosts,
                                  reason=reason)
 
-    def _update(self, svc: model.Service, failed: str, **changes) -> bool:
-        """Write ``changes`` to the service; False if Nova refused them.
+    def _write(self, view: runtime.View) -> runtime.Outcome:
+        """The step of both states: the one write, as a job."""
+        change: _Change = view.record.durable
+        cloud = self.env.cloud
 
-        ``failed``: the warning logged then, with the host and the error.
-        """
-        try:
-            self.env.cloud.update_service(svc, **changes)
-        except exceptions.InstanceHAError as exc:
-            LOG.warning(failed, svc.host, exc)
-            return False
-        return True
+        def write():
+            try:
+                cloud.update_service(change.service, **dict(change.changes))
+            except exceptions.InstanceHAError as exc:
+                return exc
+            return None
+        # No host lock: one guarded write, as the tick made it before.
+        return runtime.Job(run=write, then=self._written, lock=False)
+
+    def _written(self, view: runtime.View, error) -> runtime.Outcome:
+        """The write's result, applied in the tick thread."""
+        change: _Change = view.record.durable
+        if error is not None:
+            LOG.warning(change.failed, change.service.host, error)
+            return runtime.Go(Write.DONE)
+        if view.record.state is Write.DISABLE:
+            # Ours from now on: an enable seen at the very next read
+            # (before any read showed the marker) ends the episode too.
+            self._marked.add(change.service.host)
+        return runtime.Go(Write.DONE, emit=runtime.emit(
+            change.event, **dict(change.details)))
+
+    def _run(self) -> None:
+        """Let the runtime take this kind's steps (its writes) now."""
+        self.workflows.run(kinds=(KIND,))
+
+    def _start(self, state: Write, change: _Change) -> None:
+        self.workflows.start(KIND, change.service.host, state, change)
 
     def _disable(self, svc: model.Service, decision,
                  nova_now: datetime.datetime) -> None:
@@ -229,16 +295,15 @@ class ProcessFailures:
         reason = marker_mod.Marker(state=HostState.SERVICE_DOWN,
                                    when=nova_now, nova_clock=True,
                                    note=NOTE).render()
-        if not self._update(svc, 'process failure on %s: could not disable '
-                            'its compute service: %s',
-                            status=model.DISABLED, disabled_reason=reason):
-            return
-        # Ours from now on: an enable seen at the very next read (before
-        # any read showed the marker) ends the episode too.
-        self._marked.add(svc.host)
-        self.env.events.emit(events.PROCESS_FAILURE, svc.host,
-                             reason='; '.join(decision.reasons),
-                             disabled=True)
+        self._start(Write.DISABLE, _Change(
+            service=svc,
+            changes=(('status', model.DISABLED),
+                     ('disabled_reason', reason)),
+            failed=('process failure on %s: could not disable its '
+                    'compute service: %s'),
+            event=events.PROCESS_FAILURE,
+            details=(('reason', '; '.join(decision.reasons)),
+                     ('disabled', True))))
 
     def _enable_returned(self, snapshot: model.Snapshot,
                          plan: plan_mod.Plan,
@@ -266,10 +331,10 @@ class ProcessFailures:
             if svc.updated_at is not None and not svc.reported_after(
                     ours_at):
                 continue  # our own write's time stamp, not a report
-            if not self._update(svc, 'could not enable the compute service '
-                                'of %s again: %s', status=model.ENABLED):
-                continue
-            self.env.events.emit(
-                events.PROCESS_RECOVERED, svc.host,
-                down_for=int((now - mark.ours(mark.when, skew))
-                             .total_seconds()))
+            self._start(Write.ENABLE, _Change(
+                service=svc, changes=(('status', model.ENABLED),),
+                failed='could not enable the compute service of %s '
+                       'again: %s',
+                event=events.PROCESS_RECOVERED,
+                details=(('down_for', int((now - mark.ours(mark.when, skew))
+                                          .total_seconds())),)))

@@ -65,6 +65,7 @@ from instanceha.engine import poll
 from instanceha.engine import ports
 from instanceha.engine import process_failure
 from instanceha.engine import reads
+from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
 from instanceha.engine import watch
@@ -145,8 +146,11 @@ class Engine(poll.Poll, steps.Steps):
         self.quiet_polls = 0
         #: The gates' reasons of the current whole-plan block (or none).
         self._blocked_by: tuple[str, ...] = ()
+        #: The one workflow runtime (the kinds moved onto it so far).
+        self.workflows = runtime.Runtime(self.env, leading=self._leading)
         #: A dead nova-compute on a living host (asked by each cycle).
-        self._process = process_failure.ProcessFailures(conf, self.env)
+        self._process = process_failure.ProcessFailures(conf, self.env,
+                                                        self.workflows)
         #: Crashed instances (its own timer, every poll).
         self._instances = instance_failure.InstanceFailures(conf, drivers,
                                                             self.env)
@@ -167,7 +171,8 @@ class Engine(poll.Poll, steps.Steps):
 
     def busy(self) -> bool:
         """True while any job is running."""
-        return any(wf.future is not None for wf in self._all())
+        return (self.workflows.busy() or
+                any(wf.future is not None for wf in self._all()))
 
     def tick(self) -> None:
         """One step; never blocks on slow work.
@@ -178,12 +183,14 @@ class Engine(poll.Poll, steps.Steps):
         """
         if self._stopping:
             self._harvest(apply=False)
+            self.workflows.drop_results()
             return
         leader = self._check_leadership()
         now = self.env.clock.monotonic()
         if not leader:
             self._leader_since = None
             self._harvest(apply=False)
+            self.workflows.drop_results()
             return
         if self._leader_since is None:
             # Leading from here on (a start, or leadership gained): look
@@ -230,6 +237,7 @@ class Engine(poll.Poll, steps.Steps):
                              self.env.clock.now(),
                              paused=self._paused_now)
         self._advance()
+        self.workflows.run()
 
     def _in_hands(self, host: str) -> bool:
         """Whether a job of ours looks after our locks on ``host``'s instances.
@@ -298,12 +306,14 @@ class Engine(poll.Poll, steps.Steps):
         deadline = self.env.clock.monotonic() + timeout
         running = sorted(wf.host for wf in self._all() if wf.future)
         self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
-        futures = [wf.future for wf in self._all() if wf.future]
+        futures = ([wf.future for wf in self._all() if wf.future] +
+                   self.workflows.futures())
         while futures and self.env.clock.monotonic() < deadline:
             if all(f.done() for f in futures):
                 break
             self.env.clock.sleep(0.1)
         self._harvest(apply=False)
+        self.workflows.drop_results()
 
     def _advance(self) -> None:
         """Advance every workflow by at most one step (see steps.STEPS)."""

@@ -26,10 +26,12 @@ import types
 import testtools
 
 from instanceha.engine import events
+from instanceha.engine import executor
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import process_failure as pf
+from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 
 NOW = datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.timezone.utc)
@@ -58,10 +60,13 @@ class TestOwnWrite(testtools.TestCase):
             plan_mod.HostDecision('h1', plan_mod.Decision.HEALTHY, (),
                                   (), svc, verdict='alive'),))
         cloud, sink = _Cloud(), events.RecordingEventSink()
-        env = types.SimpleNamespace(cloud=cloud, events=sink)
+        env = types.SimpleNamespace(
+            cloud=cloud, events=sink, executor=executor.InlineExecutor(),
+            clock=types.SimpleNamespace(monotonic=lambda: 0.0))
         conf = types.SimpleNamespace(process_failure=types.SimpleNamespace(
             enabled=True, threshold=30, max_per_cycle=5))
-        pf.ProcessFailures(conf, env).cycle(snap, plan, NOW)
+        workflows = runtime.Runtime(env, leading=lambda: True)
+        pf.ProcessFailures(conf, env, workflows).cycle(snap, plan, NOW)
         return cloud.writes
 
     def test_our_disable_stamp_does_not_enable_it(self):

@@ -100,10 +100,14 @@ class RedfishFencing(base.FencingDriver):
         # sushy is imported on first use; two hosts validated or fenced
         # in parallel threads must not import it at once (its modules
         # import each other, and a second thread would see one of them
-        # half-initialised).
+        # half-initialised). The modules read later (exceptions, the
+        # resources' constants) are imported here too, whole, so that no
+        # later import in another thread finds one of them half-done.
         with _SUSHY_IMPORT:
             import sushy
             from sushy import connector
+            from sushy import exceptions  # noqa: F401
+            from sushy.resources import constants  # noqa: F401
 
         verify: Any = self.params['verify']
         if verify and self.params.get('ca_file'):

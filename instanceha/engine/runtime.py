@@ -1,0 +1,360 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""One runtime for every kind of workflow.
+
+A workflow kind is declared as tables: its states and the transitions
+between them, and for each state a *step*: a plain function of a
+read-only :class:`View` (the workflow's record and what the caller of
+:meth:`Runtime.run` shows of the world) that returns an outcome:
+
+* :class:`Go` -- go to a state, with the changes to the durable record,
+  the new state's local data and the events to emit;
+* :class:`Job` -- run slow work (a Nova write, a fencing call) on the
+  executor and continue with its result: ``then(view, result)`` is one
+  more step, taken in the tick thread when the job has finished;
+* :class:`Retry` -- take the step again in N seconds, saying why;
+* :class:`Wait` -- nothing to do until the world changes.
+
+The runtime alone submits jobs, harvests their results, applies every
+outcome, backs off on a job's error, checks leadership before submitting
+and before applying, emits the transitions' events and repeats while
+anything changed (Proxmox's ``manage()``; controller-runtime's
+requeue-after). So the rules a new kind must not forget are written once:
+
+* Records are frozen values, replaced only by the runtime in the thread
+  that runs :meth:`Runtime.run` (the tick). A job gets no record: it
+  returns a value, and the record changes when that value is applied.
+* A state's local data (:attr:`Record.local`) is cleared on every
+  transition; the durable part is what outlives the state (what the
+  workflow's marker in Nova holds).
+* Nothing is submitted while this copy does not lead, and the result of
+  a job that finished while it did not lead is dropped: the next leader
+  resumes from Nova. Every side effect still passes the environment's
+  guard at the moment it is made.
+"""
+
+from collections.abc import Callable
+from collections.abc import Mapping
+import dataclasses
+import enum
+import logging
+import types
+import typing
+
+from instanceha.engine import ports
+from instanceha import exceptions
+
+LOG = logging.getLogger(__name__)
+
+#: Rounds of one :meth:`Runtime.run` while outcomes keep changing records:
+#: a bound, so that a step table that loops cannot hang the tick.
+MAX_ROUNDS = 8
+
+_EMPTY: Mapping[str, typing.Any] = types.MappingProxyType({})
+
+#: "Keep the durable part as it is" (a transition that changes nothing
+#: of what outlives the state).
+KEEP = object()
+
+
+def frozen_map(values: Mapping | None) -> Mapping:
+    """A read-only copy of ``values`` (state-local data, event details)."""
+    return types.MappingProxyType(dict(values or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One workflow's record; replaced, never changed, by the runtime.
+
+    ``durable``: what outlives a state (a frozen value of the kind's
+    choosing: what its marker in Nova holds). ``local``: the current
+    state's data, cleared on every transition. ``entered``: the
+    monotonic time the state was entered; ``retry_at``: not stepped
+    before this monotonic time; ``errors``: jobs failed in a row.
+    """
+
+    kind: str
+    key: str
+    state: enum.Enum
+    durable: typing.Any = None
+    local: Mapping[str, typing.Any] = dataclasses.field(
+        default_factory=lambda: _EMPTY)
+    entered: float = 0.0
+    retry_at: float = 0.0
+    errors: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """What a step may look at: its record and the caller's world."""
+
+    record: Record
+    world: typing.Any
+    now: float
+
+
+Emit = tuple[tuple[str, Mapping[str, typing.Any]], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Go:
+    """Go to ``state``; ``durable`` replaces the durable part if given."""
+
+    state: enum.Enum
+    durable: typing.Any = KEEP
+    local: Mapping[str, typing.Any] = dataclasses.field(
+        default_factory=lambda: _EMPTY)
+    emit: Emit = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Run ``run()`` on the executor; then take ``then(view, result)``.
+
+    ``lock``: hold the coordinator's lock on the workflow's key (a host)
+    while the job runs.
+    """
+
+    run: Callable[[], typing.Any]
+    then: Callable[[View, typing.Any], 'Outcome']
+    lock: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """Take the step again in ``seconds``; ``why`` is logged."""
+
+    seconds: float
+    why: str
+    emit: Emit = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """Nothing to do now; ``emit`` is emitted once."""
+
+    emit: Emit = ()
+
+
+Outcome = Go | Job | Retry | Wait
+Step = Callable[[View], Outcome]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A workflow kind, declared as tables.
+
+    ``transitions``: the states each state may go to. ``steps``: the
+    step of each state that acts (a state without one only waits for the
+    world, e.g. for an operator). ``final``: entering one ends the
+    workflow (its record is dropped). ``on_error(view, exc)``: the
+    outcome when a job raised (default: back off, up to ``max_backoff``).
+    """
+
+    name: str
+    transitions: Mapping[enum.Enum, frozenset]
+    steps: Mapping[enum.Enum, Step]
+    final: frozenset = frozenset()
+    on_error: Callable[[View, BaseException], Outcome] | None = None
+    backoff: float = 5.0
+    max_backoff: float = 60.0
+
+    def check(self, key: str, old: enum.Enum, new: enum.Enum) -> None:
+        """Refuse a transition the table does not hold."""
+        if new not in self.transitions.get(old, frozenset()):
+            raise exceptions.InstanceHAError(
+                '%s %s: no transition from %s to %s' % (
+                    self.name, key, getattr(old, 'value', old),
+                    getattr(new, 'value', new)))
+
+
+class Runtime:
+    """Runs the workflows of every registered kind; see the module doc."""
+
+    def __init__(self, env: ports.Environment,
+                 leading: Callable[[], bool]):
+        self.env = env
+        self._leading = leading
+        self._kinds: dict[str, Kind] = {}
+        self._records: dict[tuple[str, str], Record] = {}
+        #: Running jobs: (kind, key) -> (future, then). Never a record.
+        self._jobs: dict[tuple[str, str], tuple] = {}
+
+    # --- declaring and starting -------------------------------------------
+
+    def register(self, kind: Kind) -> None:
+        for state, step in kind.steps.items():
+            if state not in kind.transitions and state not in kind.final:
+                raise exceptions.InstanceHAError(
+                    '%s: state %s has a step but no row' % (kind.name,
+                                                            state))
+        self._kinds[kind.name] = kind
+
+    def start(self, kind: str, key: str, state: enum.Enum,
+              durable: typing.Any = None) -> Record:
+        """Begin a workflow (tick thread); a running one is kept."""
+        if (kind, key) in self._records:
+            return self._records[(kind, key)]
+        rec = Record(kind=kind, key=key, state=state, durable=durable,
+                     entered=self.env.clock.monotonic())
+        self._records[(kind, key)] = rec
+        return rec
+
+    def get(self, kind: str, key: str) -> Record | None:
+        return self._records.get((kind, key))
+
+    def records(self, kind: str) -> list[Record]:
+        """The workflows of ``kind``, sorted by key."""
+        return [self._records[k] for k in sorted(self._records)
+                if k[0] == kind]
+
+    def running(self, kind: str, key: str) -> bool:
+        """Whether a job of that workflow runs (not what it does)."""
+        return (kind, key) in self._jobs
+
+    def busy(self) -> bool:
+        return bool(self._jobs)
+
+    def futures(self) -> list:
+        """The running jobs' futures (a stopping service waits for them)."""
+        return [fut for fut, _ in self._jobs.values()]
+
+    def forget(self, kind: str | None = None) -> None:
+        """Drop the records (of ``kind``) whose job is not running.
+
+        A copy that stopped leading: what it knew may be stale, and Nova
+        holds what the next leader resumes from.
+        """
+        for k in list(self._records):
+            if (kind is None or k[0] == kind) and k not in self._jobs:
+                del self._records[k]
+
+    # --- the tick ----------------------------------------------------------
+
+    def run(self, world: typing.Any = None,
+            kinds: typing.Iterable[str] | None = None) -> None:
+        """Harvest, step and apply until nothing changes (tick thread).
+
+        ``kinds``: only the workflows of these kinds (default: all).
+        """
+        wanted = set(self._kinds if kinds is None else kinds)
+        for _ in range(MAX_ROUNDS):
+            changed = self._harvest(world, wanted)
+            now = self.env.clock.monotonic()
+            for k in sorted(self._records):
+                rec = self._records.get(k)
+                if (rec is None or k[0] not in wanted or k in self._jobs
+                        or now < rec.retry_at):
+                    continue
+                step = self._kinds[k[0]].steps.get(rec.state)
+                if step is None:
+                    continue
+                changed |= self._apply(rec, step(View(rec, world, now)))
+            if not changed:
+                return
+
+    def drop_results(self) -> None:
+        """Forget finished jobs unapplied (a copy no longer leading)."""
+        for k, (fut, _) in list(self._jobs.items()):
+            if fut.done():
+                del self._jobs[k]
+                self._records.pop(k, None)
+
+    def _harvest(self, world, wanted: set) -> bool:
+        changed = False
+        for k in sorted(self._jobs):
+            fut, then = self._jobs[k]
+            if k[0] not in wanted or not fut.done():
+                continue
+            del self._jobs[k]
+            rec = self._records.get(k)
+            if rec is None:
+                continue
+            if not self._leading():
+                # Forgotten: the next leader resumes from Nova.
+                self._records.pop(k, None)
+                continue
+            view = View(rec, world, self.env.clock.monotonic())
+            exc = fut.exception()
+            if exc is not None:
+                outcome = self._on_error(view, exc)
+            else:
+                rec = dataclasses.replace(rec, errors=0)
+                self._records[k] = rec
+                outcome = then(dataclasses.replace(view, record=rec),
+                               fut.result())
+            self._apply(self._records[k], outcome)
+            changed = True
+        return changed
+
+    def _on_error(self, view: View, exc: BaseException) -> Outcome:
+        kind = self._kinds[view.record.kind]
+        if kind.on_error is not None:
+            return kind.on_error(view, exc)
+        errors = view.record.errors + 1
+        wait = min(kind.backoff * 2 ** (errors - 1), kind.max_backoff)
+        self._records[(kind.name, view.record.key)] = dataclasses.replace(
+            view.record, errors=errors)
+        if not isinstance(exc, exceptions.InstanceHAError):
+            LOG.error('%s %s: unexpected error in state %s', kind.name,
+                      view.record.key, view.record.state, exc_info=exc)
+        return Retry(wait, '%s: %s' % (type(exc).__name__, exc))
+
+    def _apply(self, rec: Record, outcome: Outcome) -> bool:
+        """Apply one outcome to ``rec``; whether anything changed."""
+        k = (rec.kind, rec.key)
+        for event, details in getattr(outcome, 'emit', ()):
+            self.env.events.emit(event, rec.key, **details)
+        if isinstance(outcome, Wait):
+            return False
+        if isinstance(outcome, Retry):
+            self._records[k] = dataclasses.replace(
+                rec, retry_at=self.env.clock.monotonic() + outcome.seconds)
+            LOG.debug('%s %s: step again in %.1fs: %s', rec.kind, rec.key,
+                      outcome.seconds, outcome.why)
+            return False
+        if isinstance(outcome, Job):
+            if not self._leading():
+                return False  # taken again on a later tick
+            self._jobs[k] = (self._submit(rec, outcome), outcome.then)
+            return True
+        return self._go(rec, outcome)
+
+    def _go(self, rec: Record, go: Go) -> bool:
+        kind = self._kinds[rec.kind]
+        kind.check(rec.key, rec.state, go.state)
+        k = (rec.kind, rec.key)
+        if go.state in kind.final:
+            self._records.pop(k, None)
+            return True
+        durable = (rec.durable if go.durable is KEEP
+                   else go.durable)
+        self._records[k] = Record(
+            kind=rec.kind, key=rec.key, state=go.state, durable=durable,
+            local=frozen_map(go.local), entered=self.env.clock.monotonic())
+        return True
+
+    def _submit(self, rec: Record, job: Job):
+        if not job.lock:
+            return self.env.executor.submit(job.run)
+        coordinator, key, run = self.env.coordinator, rec.key, job.run
+
+        def locked():
+            with coordinator.host_lock(key):
+                return run()
+        return self.env.executor.submit(locked)
+
+
+def emit(event: str, **details) -> Emit:
+    """One event for an outcome's ``emit`` (``host`` is the record's key)."""
+    return ((event, frozen_map(details)),)

@@ -1,0 +1,264 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The workflow runtime: tables in, every rule of the tick applied once.
+
+A toy kind (two writes and a wait) runs on the production thread pool
+and on the inline executor; the rules pinned here hold for every kind
+that plugs in: records change only in the tick, a job cannot write one,
+state-local data goes with its state, nothing is submitted or applied
+without leadership, errors back off.
+"""
+
+import contextlib
+import dataclasses
+import enum
+import operator
+import threading
+import time
+import types
+
+import testtools
+
+from instanceha.engine import events
+from instanceha.engine import executor
+from instanceha.engine import runtime
+from instanceha import exceptions
+
+
+class S(enum.Enum):
+    FIRST = 'first'
+    SECOND = 'second'
+    WAITING = 'waiting'
+    DONE = 'done'
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def monotonic(self):
+        return self.t
+
+
+class _Coordinator:
+    def __init__(self):
+        self.locked = []
+
+    @contextlib.contextmanager
+    def host_lock(self, host):
+        self.locked.append(host)
+        yield
+
+
+def _env(pool=None):
+    return types.SimpleNamespace(
+        clock=_Clock(), events=events.RecordingEventSink(),
+        coordinator=_Coordinator(),
+        executor=pool or executor.InlineExecutor())
+
+
+class _Kind:
+    """first --job--> second --job--> waiting (until told) --> done."""
+
+    def __init__(self, job=None):
+        self.calls = []
+        self.seen_local = []
+        self.job = job or (lambda: 'ok')
+        self.release = False
+        #: The thread each job's result was applied in.
+        self.applied_in = []
+
+    def first(self, view):
+        return runtime.Job(run=self.job, then=self.after_first)
+
+    def after_first(self, view, result):
+        self.applied_in.append(threading.get_ident())
+        self.calls.append(('first', result))
+        return runtime.Go(S.SECOND, local={'from': 'first'},
+                          emit=runtime.emit('moved', to='second'))
+
+    def second(self, view):
+        self.seen_local.append(dict(view.record.local))
+        return runtime.Job(run=self.job, then=self.after_second, lock=False)
+
+    def after_second(self, view, result):
+        self.calls.append(('second', result))
+        return runtime.Go(S.WAITING, durable=('written', result))
+
+    def waiting(self, view):
+        self.seen_local.append(dict(view.record.local))
+        return runtime.Go(S.DONE) if self.release else runtime.Wait()
+
+    def kind(self, **kw):
+        return runtime.Kind(
+            name='toy',
+            transitions={S.FIRST: frozenset({S.SECOND}),
+                         S.SECOND: frozenset({S.WAITING}),
+                         S.WAITING: frozenset({S.DONE})},
+            steps={S.FIRST: self.first, S.SECOND: self.second,
+                   S.WAITING: self.waiting},
+            final=frozenset({S.DONE}), **kw)
+
+
+class TestRuntime(testtools.TestCase):
+
+    def make(self, toy=None, leading=True, pool=None):
+        env = _env(pool)
+        self.lead = [leading]
+        rt = runtime.Runtime(env, leading=lambda: self.lead[0])
+        toy = toy or _Kind()
+        rt.register(toy.kind())
+        return env, rt, toy
+
+    def test_runs_until_nothing_changes(self):
+        env, rt, toy = self.make()
+        rt.start('toy', 'h1', S.FIRST, durable='start')
+        rt.run()
+        # Both jobs (inline: done at once) applied in one run.
+        self.assertEqual([('first', 'ok'), ('second', 'ok')], toy.calls)
+        rec = rt.get('toy', 'h1')
+        self.assertIs(S.WAITING, rec.state)
+        self.assertEqual(('written', 'ok'), rec.durable)
+        self.assertEqual([('moved', 'h1', {'to': 'second'})],
+                         env.events.events)
+        # The first job held the host's lock, the second asked for none.
+        self.assertEqual(['h1'], env.coordinator.locked)
+        toy.release = True
+        rt.run()
+        self.assertIsNone(rt.get('toy', 'h1'))
+
+    def test_local_data_goes_with_its_state(self):
+        env, rt, toy = self.make()
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        # second saw what first left; waiting saw nothing of it.
+        self.assertEqual({'from': 'first'}, toy.seen_local[0])
+        self.assertEqual([{}], list(map(dict, set(
+            tuple(d.items()) for d in toy.seen_local[1:]))))
+
+    def test_a_job_cannot_write_a_record(self):
+        env, rt, toy = self.make()
+        rt.start('toy', 'h1', S.FIRST)
+        rec = rt.get('toy', 'h1')
+
+        def sneaky():
+            rec.state = S.DONE  # what a worker must never do
+        toy.job = sneaky
+        rt.run()
+        # Refused (frozen), reported as the job's error and retried later.
+        self.assertIs(S.FIRST, rt.get('toy', 'h1').state)
+        self.assertEqual(1, rt.get('toy', 'h1').errors)
+        rec = rt.get('toy', 'h1')
+        self.assertRaises(dataclasses.FrozenInstanceError,
+                          setattr, rec, 'durable', 'x')
+        self.assertRaises(TypeError, operator.setitem, rec.local, 'x', 1)
+
+    def test_results_applied_only_in_run_on_the_pool(self):
+        pool = executor.ThreadPoolExecutor(2)
+        self.addCleanup(pool.shutdown)
+        gate = threading.Event()
+        toy = _Kind(job=lambda: gate.wait(5) and threading.get_ident())
+        env, rt, toy = self.make(toy=toy, pool=pool)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertTrue(rt.running('toy', 'h1'))
+        gate.set()
+        deadline = time.monotonic() + 5
+        while not all(f.done() for f in rt.futures()):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        # Finished, but not applied until the tick runs the runtime.
+        self.assertIs(S.FIRST, rt.get('toy', 'h1').state)
+        self.assertEqual([], toy.applied_in)
+        rt.run()
+        tick = threading.get_ident()
+        self.assertEqual([tick], toy.applied_in)
+        ran_in = toy.calls[0][1]
+        self.assertNotEqual(tick, ran_in)  # the job ran on the pool
+
+    def test_nothing_submitted_without_leadership(self):
+        env, rt, toy = self.make(leading=False)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual([], toy.calls)
+        self.assertFalse(rt.busy())
+        self.lead[0] = True
+        rt.run()
+        self.assertIs(S.WAITING, rt.get('toy', 'h1').state)
+
+    def test_result_of_a_lost_leadership_is_dropped(self):
+        pool = executor.ThreadPoolExecutor(1)
+        self.addCleanup(pool.shutdown)
+        gate = threading.Event()
+        env, rt, toy = self.make(toy=_Kind(job=lambda: gate.wait(5)),
+                                 pool=pool)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        gate.set()
+        for fut in rt.futures():
+            fut.result(5)
+        self.lead[0] = False
+        rt.run()
+        self.assertEqual([], toy.calls)
+        self.assertIsNone(rt.get('toy', 'h1'))
+
+    def test_errors_back_off(self):
+        def boom():
+            raise exceptions.CloudError('nova says no')
+        env, rt, toy = self.make(toy=_Kind(job=boom))
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        rec = rt.get('toy', 'h1')
+        self.assertEqual((1, 105.0), (rec.errors, rec.retry_at))
+        rt.run()  # not due yet
+        self.assertEqual(1, rt.get('toy', 'h1').errors)
+        env.clock.t = 105.0
+        rt.run()
+        rec = rt.get('toy', 'h1')
+        self.assertEqual((2, 115.0), (rec.errors, rec.retry_at))
+
+    def test_a_transition_not_in_the_table_is_refused(self):
+        env, rt, toy = self.make()
+        toy.after_first = lambda view, result: runtime.Go(S.DONE)
+        rt.start('toy', 'h1', S.FIRST)
+        self.assertRaises(exceptions.InstanceHAError, rt.run)
+
+    def test_a_looping_table_cannot_hang_the_tick(self):
+        env = _env()
+        rt = runtime.Runtime(env, leading=lambda: True)
+        spins = []
+
+        def spin(view):
+            spins.append(1)
+            return runtime.Job(run=lambda: None,
+                               then=lambda v, r: runtime.Go(S.FIRST))
+        rt.register(runtime.Kind(
+            name='loop', transitions={S.FIRST: frozenset({S.FIRST})},
+            steps={S.FIRST: spin}))
+        rt.start('loop', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual(runtime.MAX_ROUNDS, len(spins))
+
+    def test_forget_keeps_running_jobs(self):
+        pool = executor.ThreadPoolExecutor(1)
+        self.addCleanup(pool.shutdown)
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        env, rt, toy = self.make(toy=_Kind(job=lambda: gate.wait(5)),
+                                 pool=pool)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.start('toy', 'h2', S.WAITING)
+        rt.run()
+        rt.forget('toy')
+        self.assertIsNotNone(rt.get('toy', 'h1'))
+        self.assertIsNone(rt.get('toy', 'h2'))
