@@ -14,7 +14,7 @@
 
 An evacuation job unlocks the instances it locked once their rebuilds
 end, and a copy that resumes a host from its marker watches that host's
-rebuilds again (:mod:`instanceha.engine.evacuation`). A host that left
+rebuilds again (:mod:`instanceha.engine.evacuation_job`). A host that left
 our hands while no copy could watch it (an operator disabled it with a
 reason of their own while the leader was down or about to lose its
 lease: our marker is gone) is adopted by nobody, and its instances would

@@ -55,16 +55,17 @@ start.
 from collections.abc import Callable
 import dataclasses
 
-from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import instance_failure
 from instanceha.engine import locks
+from instanceha.engine import migration_records
 from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import poll
 from instanceha.engine import ports
 from instanceha.engine import process_failure
 from instanceha.engine import reads
+from instanceha.engine import rebuild_pace
 from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
@@ -135,11 +136,11 @@ class Engine(poll.Poll, steps.Steps):
         self._watched: tuple[float, model.Snapshot | None] | None = None
         self._reads = reads.FocusedReads(conf, drivers, env.clock)
         #: This tick's one listing of evacuation records (see _advance).
-        self._listing: evacuation.SharedListing | None = None
+        self._listing: migration_records.SharedListing | None = None
         #: Monotonic time of each evacuation job's last step.
         self._stepped: dict[str, float] = {}
         #: How long Nova's rebuilds take (paces every job's listings).
-        self._rebuild_pace = evacuation.RebuildPace()
+        self._rebuild_pace = rebuild_pace.RebuildPace()
         self.plan = None
         self.cycles = 0
         #: Polls that every host's health answered without a full read.
@@ -323,8 +324,8 @@ class Engine(poll.Poll, steps.Steps):
         since = [wf.since for wf in self._all()
                  if (wf.state is S.EVACUATING or wf.host in self._aftercare)
                  and wf.since is not None]
-        self._listing = evacuation.SharedListing(self.env.cloud,
-                                                 min(since, default=None))
+        self._listing = migration_records.SharedListing(
+            self.env.cloud, min(since, default=None))
         busy = self._busy()
         for host in sorted(self._workflows):
             wf = self._workflows.get(host)

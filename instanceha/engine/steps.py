@@ -26,9 +26,11 @@ import datetime
 import math
 
 from instanceha.conf import evacuation as evacuation_conf
-from instanceha.engine import evacuation
+from instanceha.engine import evacuation_job
+from instanceha.engine import evacuation_tasks
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
+from instanceha.engine import migration_records
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import shutdown
@@ -318,8 +320,8 @@ class Steps(tick.Plumbing):
         listing = self._listing
         if listing is None or not listing.covers(wf.since):
             # Stepped on a job's result, before this tick's listing.
-            listing = evacuation.SharedListing(self.env.cloud, wf.since)
-        ctx = evacuation.StepContext(
+            listing = migration_records.SharedListing(self.env.cloud, wf.since)
+        ctx = evacuation_job.StepContext(
             env=self.env, snapshot=self.snapshot, budget=budget,
             prove_off=None if aftercare else self._prover(wf),
             record=None if aftercare else (
@@ -441,7 +443,7 @@ class Steps(tick.Plumbing):
                    reason=reading.detail[:200], retry_in=int(wait))
 
     def _evacuation_complete(self, wf: HostWorkflow,
-                             progress: evacuation.Progress) -> None:
+                             progress: evacuation_tasks.Progress) -> None:
         strategy = self.drivers.evacuation
         failed = dict(sorted(progress.failed.items()))
         forgive = (self.conf.force_enable and not strategy.tracks)

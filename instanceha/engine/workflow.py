@@ -19,7 +19,8 @@ import datetime
 import logging
 import uuid
 
-from instanceha.engine import evacuation
+from instanceha.engine import evacuation_job
+from instanceha.engine import evacuation_tasks
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import shutdown
@@ -163,8 +164,8 @@ class HostWorkflow:
     #: it yet: nothing of this failure can have been evacuated, so its
     #: first job classifies the instances without Nova's records.
     first_job: bool = False
-    job: evacuation.EvacuationJob | None = None
-    progress: evacuation.Progress | None = None
+    job: evacuation_job.EvacuationJob | None = None
+    progress: evacuation_tasks.Progress | None = None
     resumed: bool = False
     reason: str = ''
     #: Only a heartbeat newer than this proves the host came back (its

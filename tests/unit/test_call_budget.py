@@ -48,7 +48,7 @@ import os
 import fixtures
 import testtools
 
-from instanceha.engine import evacuation
+from instanceha.engine import rebuild_pace
 from instanceha.engine import watch
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import runner
@@ -347,7 +347,7 @@ class TestPacedListings(testtools.TestCase):
         self.assertLessEqual(len(first), 9, first)
         self.assertIn('compute-2 host_state enabled=true new=healthy', text)
         self.assertLessEqual(len(second), 3, second)
-        for host, late in (('compute-0', evacuation.LATE_LOOK_MAX),
+        for host, late in (('compute-0', rebuild_pace.LATE_LOOK_MAX),
                            ('compute-2', 1.0)):
             # Seen ending at most a back-off's longest wait late (the
             # first failure), or a tick late (the learned pace).

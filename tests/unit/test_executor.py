@@ -19,10 +19,10 @@ import time
 
 import testtools
 
+from instanceha.engine import evacuation_job
 from instanceha.engine import executor
 from instanceha.engine import ports
 from instanceha import exceptions
-from instanceha.plugins.evacuation import base as evac_base
 from instanceha.plugins.evacuation import fire_and_forget
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events
@@ -235,7 +235,7 @@ class TestEvacuationsStreamed(testtools.TestCase):
         self.job = fire_and_forget.FireAndForget(conf).begin(
             'h1', list(snap.servers_on('h1')))
         self.job.new_failure = True
-        self.ctx = evac_base.StepContext(
+        self.ctx = evacuation_job.StepContext(
             env=self.env, snapshot=snap, budget=2, reuse=True,
             prove_off=lambda: ports.PowerReading(
                 host='h1', off=self.off, detail='bmc says so'))

@@ -25,13 +25,13 @@ import math
 import fixtures
 import testtools
 
+from instanceha.engine import evacuation_job
 from instanceha.engine import executor
 from instanceha.engine import model
 from instanceha.engine import placement
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.evacuation import base
-from instanceha.plugins.evacuation import base as evac_base
 from instanceha.plugins.evacuation import smart
 from instanceha.plugins.evacuation import spread
 from instanceha.sim import clock as sim_clock
@@ -299,8 +299,8 @@ class TestJobAsksTheStrategy(testtools.TestCase):
         # h1 is powered off in the world above; the reading says so (the
         # cloud port refuses an evacuate call without a proof).
         off = ports.PowerReading(host='h1', off=True, detail='h1 off')
-        job.step(evac_base.StepContext(env=self.env, snapshot=snap,
-                                       budget=10, prove_off=lambda: off))
+        job.step(evacuation_job.StepContext(
+            env=self.env, snapshot=snap, budget=10, prove_off=lambda: off))
         return {m.server_id: m.requested_dest
                 for m in self.world.migrations}
 

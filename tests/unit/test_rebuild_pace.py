@@ -16,8 +16,9 @@ import datetime
 
 import testtools
 
-from instanceha.engine import evacuation
+from instanceha.engine import evacuation_tasks
 from instanceha.engine import model
+from instanceha.engine import rebuild_pace
 from instanceha.plugins.evacuation import fire_and_forget
 from instanceha.plugins.evacuation import smart
 from tests import conf_fixture
@@ -34,13 +35,13 @@ def record(took: float) -> model.Migration:
 class TestRebuildPace(testtools.TestCase):
 
     def test_average_and_slowest_of_the_recent(self):
-        pace = evacuation.RebuildPace()
+        pace = rebuild_pace.RebuildPace()
         self.assertIsNone(pace.slowest)
         for took in (2.0, 4.0, 3.0):
             pace.learn(record(took))
         self.assertEqual(3.0, pace.rebuild_time)
         self.assertEqual(4.0, pace.slowest)
-        for _ in range(evacuation.RebuildPace.RECENT):
+        for _ in range(rebuild_pace.RebuildPace.RECENT):
             pace.learn(record(2.0))
         self.assertEqual(2.0, pace.slowest)  # the 4 s one is forgotten
 
@@ -52,22 +53,22 @@ class TestPace(testtools.TestCase):
             status='ACTIVE'):
         conf = self.useFixture(conf_fixture.ConfFixture()).conf
         job = strategy(conf).begin('h1', [])
-        pace = evacuation.RebuildPace()
+        pace = rebuild_pace.RebuildPace()
         for took in (1.0, 3.0, 2.0):
             pace.learn(record(took))
         job.pace = pace
         for n in range(4 if pending else 3):
-            task = job.tasks['vm%d' % n] = evacuation.InstanceTask(
+            task = job.tasks['vm%d' % n] = evacuation_tasks.InstanceTask(
                 server_id='vm%d' % n, name='vm%d' % n,
                 original_status=status)
             if n == 3:
                 continue  # waits for a slot
-            task.state = evacuation.TaskState.IN_FLIGHT
+            task.state = evacuation_tasks.TaskState.IN_FLIGHT
             task.started = 100.0 + n / 10.0
             task.locked_by_us = locked
-        job._classified = True
-        job._pace(100.2)
-        return job._next_check
+        job.looks.plan(100.2, list(job.tasks.values()), pace,
+                       job.strategy.timeout)
+        return job.looks.next_check
 
     def test_only_the_last_end_moves_the_host_on(self):
         # Nothing waits on each end: looked at once, when the last one

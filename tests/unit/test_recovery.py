@@ -21,8 +21,8 @@ import testtools
 
 from instanceha.cmd import manage_hosts
 from instanceha.conf import evacuation as evac_conf
-from instanceha.engine import evacuation
 from instanceha.engine import events
+from instanceha.engine import migration_records
 from instanceha.engine import model
 from instanceha.engine import states
 from instanceha.engine.states import HostState as S
@@ -391,7 +391,7 @@ class TestSmart(TestCase):
         for _ in range(30):
             rig.run(1)
             running = sum(1 for m in rig.cloud.migs
-                          if m.status in evacuation.MIGRATION_RUNNING)
+                          if m.status in migration_records.MIGRATION_RUNNING)
             peak = max(peak, running)
         self.assertEqual(2, peak)
         self.assertEqual({}, rig.engine.host_states())

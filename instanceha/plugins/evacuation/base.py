@@ -13,7 +13,7 @@
 """Evacuation strategies: the policy for moving a fenced host's instances.
 
 The mechanism (migration-record reconciliation, unanswered calls, locks,
-progress) is the engine's (:mod:`instanceha.engine.evacuation`); a
+progress) is the engine's (:mod:`instanceha.engine.evacuation_job`); a
 strategy says only:
 
 * when a host counts as done (``tracks``: accepted call vs. rebuild done),
@@ -23,23 +23,22 @@ strategy says only:
 * where each goes (:meth:`choose_target`, from a read-only
   :class:`instanceha.engine.placement.PlacementView`).
 
-The job machinery's names are re-exported here for strategies written
-against them (``base.InstanceTask``, ``base.TaskState``).
+The values a strategy is handed are named here too (``base.InstanceTask``,
+``base.TaskState``): they are part of the strategy interface that
+doc/driver-authors.md describes.
 """
 
 from instanceha.conf import evacuation as evac_conf
-from instanceha.engine import evacuation
+from instanceha.engine import evacuation_job
+from instanceha.engine import evacuation_tasks
 from instanceha.engine import model
 from instanceha.engine import placement
 from instanceha.plugins import base
 
-# Re-exported: strategies (in tree and out of it) name these through
-# this module.
-EvacuationJob = evacuation.EvacuationJob
-InstanceTask = evacuation.InstanceTask
-Progress = evacuation.Progress
-StepContext = evacuation.StepContext
-TaskState = evacuation.TaskState
+# The strategy interface's value types: ``ready(tasks)`` is handed
+# InstanceTasks and compares their TaskState (doc/driver-authors.md).
+InstanceTask = evacuation_tasks.InstanceTask
+TaskState = evacuation_tasks.TaskState
 
 
 class EvacuationStrategy(base.Driver):
@@ -102,7 +101,8 @@ class EvacuationStrategy(base.Driver):
         return task.target
 
     def begin(self, host: str, servers: list[model.Server], *,
-              target: str | None = None, since=None) -> EvacuationJob:
+              target: str | None = None,
+              since=None) -> evacuation_job.EvacuationJob:
         """Start (or, after a restart, resume) evacuating ``host``.
 
         :param servers: the host's eligible instances as Nova lists them
@@ -111,4 +111,5 @@ class EvacuationStrategy(base.Driver):
         :param since: migration records older than this are not ours
             (the time the host was fenced).
         """
-        return EvacuationJob(self, host, servers, target, since)
+        return evacuation_job.EvacuationJob(self, host, servers, target,
+                                            since)
