@@ -22,19 +22,12 @@ survives a restart), restores their power state, unlocks them, and starts
 up to ``budget`` new evacuations (fire-and-forget: every ready instance,
 ``budget`` calls at most at once, the next starting as one returns). The
 strategy is consulted for policy only: the order (``priority``), which
-pending instances may start now (``ready``), where each goes
-(``choose_target``, from a read-only
-:class:`instanceha.engine.placement.PlacementView`: the job proposes, the
-strategy decides, Nova's scheduler validates), retries, time-outs and
-locking.
-
-Restart limits: an instance is retried on the same destination at
-most ``[evacuation] same_target_retries`` times, then on other hosts, and
-after ``retries`` retries in all it is given up (a terminal state that
-marks its host FAILED). Between two attempts of one instance the job waits
-``[evacuation] retry_interval`` seconds, doubled after each failure up to
-``retry_max_interval``: a conflict (task_state) or a full cloud ("No
-valid host") rarely clears within a second.
+pending instances may start now (``ready``), retries, time-outs and
+locking, and how to rank the hosts an instance may go to
+(:func:`instanceha.engine.placement.decide` applies the rules every
+strategy shares and asks it; Nova's scheduler validates the target).
+What is done to each instance, the restart limits included, is
+:mod:`instanceha.engine.instance_evacuation`.
 """
 
 from collections.abc import Callable
@@ -96,11 +89,13 @@ class EvacuationJob:
     """The evacuation of one fenced host; advanced by :meth:`step`."""
 
     def __init__(self, strategy: tasks_mod.Policy, host: str,
-                 servers: list[model.Server], target: str | None,
+                 servers: list[model.Server], spare: str | None,
                  since):
         self.strategy = strategy
         self.host = host
-        self.target = target
+        #: The reserved spare the host's instances are to be rebuilt on
+        #: (``[reservation] evacuate_to_spare``), else None.
+        self.spare = spare
         #: Migration records older than this are not ours.
         self.since = since
         #: The skew between our clock and Nova's when ``since`` was first
@@ -157,7 +152,7 @@ class EvacuationJob:
         self._recorded = (tuple(sorted(set(gave_up))), stopped)
         self.tasks = records_mod.classify(
             env, self.host, self._servers, records, self.strategy,
-            self.target, gave_up=frozenset(gave_up), stopped=stopped)
+            self.spare, gave_up=frozenset(gave_up), stopped=stopped)
         self._classified = True
 
     # -- pacing -----------------------------------------------------------
@@ -180,19 +175,26 @@ class EvacuationJob:
         self.looks.plan(now, list(self.tasks.values()), self.pace,
                         self.strategy.timeout, looked=looked, ended=ended)
 
+    def _request(self, task: tasks_mod.InstanceTask
+                 ) -> placement.PlacementRequest:
+        """What the placement decision is shown of ``task``: a copy."""
+        return placement.request(
+            task.server_id, task.name, original_status=task.original_status,
+            priority=task.priority, attempts=task.attempts,
+            failures=task.failures,
+            same_target_retries=self.strategy.same_target_retries,
+            target=task.target)
+
     def _placer(self, env, snapshot: model.Snapshot | None
                 ) -> Callable[[tasks_mod.InstanceTask], str | None]:
-        """Asks the strategy where each evacuate call of this step goes.
+        """Where each evacuate call of this step goes.
 
-        The strategy sees a read-only :class:`placement.PlacementView`
-        (never the environment) and returns a host, or None for Nova's
-        scheduler; the built-in strategies keep the engine's proposal
-        (``task.target``: the reserved spare, the next host after
-        failures). The hosts' vCPUs are read from the cloud at most once
-        per step, and only if the strategy looks at them; the calls of
-        this step are counted in. A strategy that fails leaves the
-        engine's proposal: placement is advice, never a reason not to
-        evacuate.
+        Decided by :func:`placement.decide` from a read-only
+        :class:`placement.PlacementView` of this step's snapshot (never
+        the environment): a host, or None for Nova's scheduler. The
+        hosts' vCPUs are read from the cloud at most once per step, and
+        only if the strategy looks at them; the calls of this step are
+        counted in.
         """
         read: list = []
         asked: dict[str, list[str]] = {}
@@ -211,23 +213,16 @@ class EvacuationJob:
         def choose(task: tasks_mod.InstanceTask) -> str | None:
             moving: dict[str, list[str]] = {}
             for other in self.tasks.values():
-                if other.state is tasks_mod.TaskState.IN_FLIGHT and other.target:
+                if (other.state is tasks_mod.TaskState.IN_FLIGHT and
+                        other.target):
                     moving.setdefault(other.target, []).append(
                         other.server_id)
             view = placement.build(
-                snapshot, self.host, spare=self.target, vcpus=vcpus,
+                snapshot, self.host, spare=self.spare, vcpus=vcpus,
                 servers=self._servers, on_the_way=moving,
                 asked_since_read=asked)
-            try:
-                target = self.strategy.choose_target(task, view)
-            except Exception:
-                LOG.exception('evacuation strategy %s failed to choose a '
-                              'target for %s; asking for %s',
-                              getattr(self.strategy, 'name', '') or
-                              type(self.strategy).__name__,
-                              task.server_id, task.target or
-                              'Nova\'s choice')
-                return task.target
+            target = placement.decide(self._request(task), view,
+                                      self.strategy)
             if target is not None:
                 asked.setdefault(target, []).append(task.server_id)
             return target
@@ -277,8 +272,7 @@ class EvacuationJob:
             return self.progress()
         batch = self._batch(ctx, proof, budget, now)
         unproven = self.instances.start_all(
-            env, batch, proof, ctx.snapshot,
-            self._placer(env, ctx.snapshot), budget)
+            env, batch, proof, self._placer(env, ctx.snapshot), budget)
         if unproven is not None:
             self._record(ctx)
             return dataclasses.replace(self.progress(), unproven=unproven)
@@ -304,8 +298,7 @@ class EvacuationJob:
             records = self._records(env, ctx.snapshot, ctx.listing)
         read = self._reader(env, ctx)
         for task in watching:
-            self.instances.check(env, task, records, ctx.snapshot, read,
-                                 self.pace)
+            self.instances.check(env, task, records, read, self.pace)
         for task in unanswered:
             self.instances.reconcile(env, task, records)
         ended = sum(1 for t in watching

@@ -59,7 +59,9 @@ class InstanceTask:
     current: str | None = None
     #: Destination host -> failed rebuilds there (restart limits).
     failures: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: Host asked for in the next/current call; None lets Nova choose.
+    #: Host asked for in the current (or last) call; None lets Nova
+    #: choose. The next call's is decided when it is made
+    #: (:func:`instanceha.engine.placement.decide`).
     target: str | None = None
     dest: str | None = None
     reason: str = ''
@@ -111,11 +113,13 @@ class Progress:
     unproven: ports.PowerReading | None = None
 
 
-class Policy(typing.Protocol):
+class Policy(placement.Placer, typing.Protocol):
     """What a job asks its strategy (a plugin of ``instanceha.evacuation``).
 
     :class:`instanceha.plugins.evacuation.base.EvacuationStrategy`
-    implements it from the ``[evacuation]`` options.
+    implements it from the ``[evacuation]`` options. Where an instance
+    goes is asked through :func:`instanceha.engine.placement.decide`
+    (:class:`instanceha.engine.placement.Placer`).
     """
 
     #: True: done once rebuilt; False: once Nova accepted the call.
@@ -134,12 +138,3 @@ class Policy(typing.Protocol):
 
     def ready(self, tasks: list[InstanceTask]) -> list[InstanceTask]:
         """The pending tasks that may start now, in order."""
-
-    def choose_target(self, task: InstanceTask,
-                      view: placement.PlacementView) -> str | None:
-        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
-
-        A host (a request Nova's scheduler still validates), or None for
-        Nova's scheduler to choose; see
-        :meth:`instanceha.engine.evacuation_job.EvacuationJob._placer`.
-        """

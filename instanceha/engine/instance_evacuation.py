@@ -118,35 +118,8 @@ class InstanceEvacuation:
                    attempts=task.attempts, reason=reason)
         self.unlock(env, task)
 
-    def next_target(self, task: tasks_mod.InstanceTask,
-                    snapshot: model.Snapshot | None) -> str | None:
-        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
-
-        None lets Nova's scheduler choose; a host we name is still
-        validated by Nova's scheduler, never forced. The first call asks
-        for the host the job was begun with (the reserved spare, see the
-        reservation's ``evacuation_target``). After failures (restart
-        limits): the same destination a bounded number of times, then the
-        least-failed other host that is up and enabled.
-        """
-        limit = self.strategy.same_target_retries
-        if task.target is not None and task.failures.get(task.target,
-                                                         0) <= limit:
-            return task.target
-        if not any(n > limit for n in task.failures.values()):
-            return task.target
-        if snapshot is None:
-            return None
-        candidates = sorted(
-            (task.failures.get(s.host, 0), s.host)
-            for s in snapshot.services
-            if s.host != self.host and s.state == model.UP
-            and not s.disabled and not s.forced_down
-            and task.failures.get(s.host, 0) <= limit)
-        return candidates[0][1] if candidates else None
-
-    def _failed_attempt(self, env, task, failed_on, why, snapshot,
-                        event, **details) -> None:
+    def _failed_attempt(self, env, task, failed_on, why, event,
+                        **details) -> None:
         """Report a failed attempt (``event``), then retry or give up.
 
         A retry waits ``retry_delay`` seconds (reported as ``retry_in``):
@@ -164,7 +137,6 @@ class InstanceEvacuation:
                    retry_in=delay, **details)
         task.state = tasks_mod.TaskState.PENDING
         task.accepted = False
-        task.target = self.next_target(task, snapshot)
         task.not_before = env.clock.monotonic() + delay if delay else None
 
     def _restore_power_state(self, env, task,
@@ -210,7 +182,7 @@ class InstanceEvacuation:
                    dest=server.host, status=restored or server.status)
         self.unlock(env, task)
 
-    def check(self, env, task: tasks_mod.InstanceTask, records, snapshot,
+    def check(self, env, task: tasks_mod.InstanceTask, records,
               read: Callable[[str], model.Server],
               pace: rebuild_pace.RebuildPace) -> None:
         """Read the end of ``task``'s rebuild from Nova's records."""
@@ -246,7 +218,7 @@ class InstanceEvacuation:
         # host we asked for, if we asked for one (a full spare): it counts
         # against that host, so that the next attempts go elsewhere.
         self._failed_attempt(env, task, rec.dest_host or task.target,
-                             reason, snapshot, events.EVACUATE_FAILED,
+                             reason, events.EVACUATE_FAILED,
                              dest=rec.dest_host, reason=reason)
 
     def _rebuilt(self, env, task: tasks_mod.InstanceTask,
@@ -291,7 +263,7 @@ class InstanceEvacuation:
         return self.strategy.lock_instances or task.original_status not in (
             None, 'ACTIVE')
 
-    def start(self, env, task: tasks_mod.InstanceTask, snapshot) -> None:
+    def start(self, env, task: tasks_mod.InstanceTask) -> None:
         """Lock ``task``'s instance if it is to be, and evacuate it."""
         if (self._locks(task) and task.verify_lock and
                 self._ours_now(env, task)):
@@ -321,7 +293,7 @@ class InstanceEvacuation:
             # A refusal naming a target may be the target's fault: after
             # same_target_retries, try elsewhere.
             self._failed_attempt(env, task, task.target,
-                                 'evacuate refused: %s' % exc, snapshot,
+                                 'evacuate refused: %s' % exc,
                                  events.EVACUATE_REFUSED, reason=str(exc))
             return
         task.current = None
@@ -394,7 +366,6 @@ class InstanceEvacuation:
     def start_all(self, env: ports.Environment,
                   batch: list[tasks_mod.InstanceTask],
                   proof: ports.PowerProof | None,
-                  snapshot: model.Snapshot | None,
                   choose: Callable[[tasks_mod.InstanceTask], str | None],
                   limit: int) -> ports.PowerReading | None:
         """Start the evacuations of ``batch``; what a failed proof read.
@@ -423,7 +394,7 @@ class InstanceEvacuation:
 
         def start(task: tasks_mod.InstanceTask) -> None:
             with env.guard.proving(proof):
-                self.start(env, task, snapshot)
+                self.start(env, task)
 
         errors = run_calls(env, [lambda t=task: start(t) for task in batch],
                            limit=limit)

@@ -214,8 +214,10 @@ def classify(env: ports.Environment, host: str,
     running evacuation is watched, not evacuated again; one already
     rebuilt elsewhere is only unlocked; one the marker says was given
     up (``gave_up``: short ids, ``stopped``) is never evacuated again.
-    ``target``: where the first evacuate call of each asks Nova to
-    rebuild it.
+    ``target``: the host each task starts out with (the reserved spare
+    its instances are to be rebuilt on, or None): what a rebuild found
+    running is taken to have asked for; the first call's own target is
+    decided when it is made (:func:`instanceha.engine.placement.decide`).
     """
     tasks: dict[str, tasks_mod.InstanceTask] = {}
     for srv in servers:

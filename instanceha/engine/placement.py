@@ -10,18 +10,24 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What a placement policy sees: a read-only picture of the other hosts.
+"""Where each evacuated instance goes: one decision, from a read-only view.
 
-An evacuation strategy chooses where each instance of a fenced host goes
-(``choose_target(task, view)``) from a :class:`PlacementView`, never from
-the environment: the view cannot call Nova, fence, or change anything, so
-a strategy is a pure policy that the simulator and tests can drive with
-plain values (Proxmox ha-manager's ``select_service_node`` is the model).
+:func:`decide` is the one place a destination is chosen. It owns the two
+rules every strategy shares -- an instance is not asked on a host it
+failed on more than ``[evacuation] same_target_retries`` times (the
+retry-elsewhere rule, :meth:`PlacementRequest.allows`), and the reserved
+spare the operator wants instances rebuilt on comes first -- and asks
+the strategy only for policy: to rank the hosts that may take the
+instance (:meth:`Placer.rank`), from a :class:`PlacementView`, never
+from the environment. The view cannot call Nova, fence, or change
+anything, and the request is frozen, so a strategy is a pure policy that
+the simulator and tests can drive with plain values (Proxmox
+ha-manager's ``select_service_node`` is the model).
 
-The target a strategy returns is a request, not an order: it is passed to
-Nova's evacuate (compute API 2.94), whose scheduler still checks it (room,
-enabled, up, the instance's filters) and refuses it otherwise; it is never
-forced. ``None`` lets Nova's scheduler choose.
+The target chosen is a request, not an order: it is passed to Nova's
+evacuate (compute API 2.94), whose scheduler still checks it (room,
+enabled, up, the instance's filters) and refuses it otherwise; it is
+never forced. ``None`` lets Nova's scheduler choose.
 
 Capacity is counted in vCPUs. Where the cloud says (placement's
 capacity and usage; the simulator's model), ``total_vcpus`` and
@@ -37,11 +43,16 @@ None too when this cycle did not list that host's servers.
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 import dataclasses
 import functools
+import logging
 import types
+import typing
 
 from instanceha.engine import model
+
+LOG = logging.getLogger(__name__)
 
 #: How close a host is to the failed host's failure domain.
 SAME_AGGREGATE = 0
@@ -94,7 +105,7 @@ class PlacementView:
     Read-only: mappings are proxies and every value is frozen. Built from
     a snapshot by :func:`build`; what it derives (``hosts``, ``needs``,
     the failed host's domains) is computed on first use, so a strategy
-    that never looks (the built-in ones keep the engine's proposal) costs
+    that never looks (one that does not place, see :func:`decide`) costs
     nothing, and the free-room read is made at most once per job step.
     """
 
@@ -242,3 +253,150 @@ def build(snapshot: model.Snapshot | None, failed_host: str, *,
         failed_host=failed_host, spare=spare, snapshot=snapshot,
         vcpus=vcpus, servers=tuple(servers), on_the_way=frozen(on_the_way),
         asked_since_read=frozen(asked_since_read))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementRequest:
+    """One instance to place, as its evacuation stands: read-only.
+
+    What a strategy is shown of an instance (its ``rank`` and its
+    ``choose_target`` are given this, never the job's own task).
+    """
+
+    server_id: str
+    name: str
+    #: Its status when the host failed (None: unknown).
+    original_status: str | None
+    priority: int
+    #: Evacuate calls made so far.
+    attempts: int
+    #: Destination host -> failed rebuilds there.
+    failures: Mapping[str, int]
+    #: Tries on one host before another is asked (``[evacuation]
+    #: same_target_retries``).
+    same_target_retries: int
+    #: The host the previous call asked for; in what :func:`decide`
+    #: hands ``choose_target``, the host it decided on (None: Nova's
+    #: scheduler chooses).
+    target: str | None = None
+
+    def allows(self, host: str) -> bool:
+        """The retry-elsewhere rule: not a host it failed on too often."""
+        return self.failures.get(host, 0) <= self.same_target_retries
+
+
+def request(server_id: str, name: str, *, original_status: str | None,
+            priority: int, attempts: int, failures: Mapping[str, int],
+            same_target_retries: int, target: str | None
+            ) -> PlacementRequest:
+    """A :class:`PlacementRequest` holding a copy of ``failures``."""
+    return PlacementRequest(
+        server_id=server_id, name=name, original_status=original_status,
+        priority=priority, attempts=attempts,
+        failures=types.MappingProxyType(dict(failures)),
+        same_target_retries=same_target_retries, target=target)
+
+
+class Placer(typing.Protocol):
+    """What :func:`decide` asks of an evacuation strategy: policy only."""
+
+    #: True: the strategy ranks the hosts itself (:meth:`rank`), looking
+    #: at their room; False: the engine's proposal stands (the spare,
+    #: the host asked before, or after failures on it another one), and
+    #: Nova's scheduler judges room.
+    places: bool
+
+    def rank(self, request: PlacementRequest,
+             candidates: tuple[HostRoom, ...],
+             view: PlacementView) -> Sequence[HostRoom]:
+        """``candidates`` best first; empty: let Nova's scheduler choose.
+
+        The candidates are the eligible hosts with room for the instance
+        that the retry-elsewhere rule allows, by name.
+        """
+
+    def choose_target(self, request: PlacementRequest,
+                      view: PlacementView) -> str | None:
+        """The last word on the decision, ``request.target``.
+
+        The default keeps it; kept for strategies written before
+        :meth:`rank` (see doc/driver-authors.md).
+        """
+
+
+def _elsewhere(request: PlacementRequest,
+               view: PlacementView) -> str | None:
+    """After failures: the least-failed other host that is up, enabled.
+
+    Read from the snapshot's services (not the hosts' room: a strategy
+    that does not place never costs a read of it).
+    """
+    if view.snapshot is None:
+        return None
+    candidates = sorted(
+        (request.failures.get(s.host, 0), s.host)
+        for s in view.snapshot.services
+        if s.host != view.failed_host and s.state == model.UP
+        and not s.disabled and not s.forced_down and request.allows(s.host))
+    return candidates[0][1] if candidates else None
+
+
+def proposal(request: PlacementRequest, view: PlacementView) -> str | None:
+    """The engine's own choice, for a strategy that does not place.
+
+    The reserved spare while the retry-elsewhere rule allows it; else the
+    host asked before while it allows that (None, Nova's scheduler,
+    included, until the scheduler's choices failed too often on one
+    host); else the least-failed other host that is up and enabled.
+    """
+    if view.spare is not None and request.allows(view.spare):
+        return view.spare
+    previous = request.target
+    if previous is not None and request.allows(previous):
+        return previous
+    if all(request.allows(host) for host in request.failures):
+        return previous
+    return _elsewhere(request, view)
+
+
+def _ranked(request: PlacementRequest, view: PlacementView,
+            strategy: Placer) -> str | None:
+    """The spare while it has room, else the strategy's best candidate."""
+    spare = view.spare
+    if (spare is not None and request.allows(spare)
+            and view.fits(spare, request.server_id)):
+        return spare
+    found = tuple(room for room in view.candidates(request.server_id)
+                  if request.allows(room.host))
+    if not found:
+        return None  # nowhere known to fit: Nova's scheduler decides
+    ranked = strategy.rank(request, found, view)
+    return ranked[0].host if ranked else None
+
+
+def decide(request: PlacementRequest, view: PlacementView,
+           strategy: Placer) -> str | None:
+    """Where the next evacuate call of ``request`` asks Nova to rebuild it.
+
+    The one placement decision. The retry-elsewhere rule
+    (:meth:`PlacementRequest.allows`) and the reserved spare first are
+    applied here, for every strategy; a strategy that places
+    (``strategy.places``) ranks the hosts the rule leaves, and a spare
+    without room is passed over for them; then ``choose_target`` has
+    the last word (its default keeps the decision). A strategy that
+    fails leaves the engine's :func:`proposal`: placement is advice,
+    never a reason not to evacuate.
+    """
+    fallback = proposal(request, view)
+    try:
+        chosen = (_ranked(request, view, strategy) if strategy.places
+                  else fallback)
+        return strategy.choose_target(
+            dataclasses.replace(request, target=chosen), view)
+    except Exception:
+        LOG.exception('evacuation strategy %s failed to choose a target '
+                      'for %s; asking for %s',
+                      getattr(strategy, 'name', '') or
+                      type(strategy).__name__, request.server_id,
+                      fallback or 'Nova\'s choice')
+        return fallback

@@ -296,7 +296,8 @@ class Steps(tick.Plumbing):
             new_failure, wf.first_job = wf.first_job, False
             wf.job = strategy.begin(
                 wf.host, servers,
-                target=self.drivers.reservation.evacuation_target(wf.spare),
+                spare=(wf.spare if self.drivers.reservation.rebuild_on_spare
+                       else None),
                 since=(wf.since + workflow.MIGRATION_SLACK -
                        workflow.NEW_FAILURE_SLACK if new_failure
                        else wf.since))

@@ -31,7 +31,6 @@ from instanceha.engine import model
 from instanceha.engine import placement
 from instanceha.engine import ports
 from instanceha import exceptions
-from instanceha.plugins.evacuation import base
 from instanceha.plugins.evacuation import smart
 from instanceha.plugins.evacuation import spread
 from instanceha.sim import clock as sim_clock
@@ -56,9 +55,10 @@ def vc(capacity, used):
     return model.HostVcpus(capacity=capacity, used=used)
 
 
-def task(sid, **kw):
-    return base.InstanceTask(server_id=sid, name=sid,
-                             original_status='ACTIVE', **kw)
+def task(sid, failures=None, target=None):
+    return placement.request(sid, sid, original_status='ACTIVE', priority=0,
+                             attempts=0, failures=failures or {},
+                             same_target_retries=1, target=target)
 
 
 class TestView(testtools.TestCase):
@@ -147,6 +147,80 @@ class TestView(testtools.TestCase):
         self.assertEqual([1], reads)
 
 
+class TestDecide(testtools.TestCase):
+    """The one placement decision, for a strategy that does not place."""
+
+    def setUp(self):
+        super().setUp()
+        conf = self.useFixture(conf_fixture.ConfFixture()).conf
+        self.strategy = smart.SmartEvacuation(conf)
+        self.reads = []
+        self.snap = model.Snapshot(
+            taken_at=T0,
+            services=(service('failed'), service('b'), service('c'),
+                      service('d', state='down'),
+                      service('e', status='disabled'),
+                      service('f', forced=True)),
+            servers=(server('v1', 'failed'),))
+
+    def view(self, spare=None):
+        def read():
+            self.reads.append(1)
+            return {}
+        return placement.build(self.snap, 'failed', vcpus=read, spare=spare)
+
+    def decide(self, request, spare=None):
+        return placement.decide(request, self.view(spare), self.strategy)
+
+    def test_the_spare_first_while_the_rule_allows_it(self):
+        self.assertEqual('s', self.decide(task('v1'), spare='s'))
+        self.assertEqual('s', self.decide(task('v1', {'s': 1}, 's'), 's'))
+        # Failed on it more than same_target_retries (1) times: the
+        # least-failed other host that is up and enabled.
+        self.assertEqual('c', self.decide(
+            task('v1', {'s': 2, 'b': 1}, 's'), spare='s'))
+        self.assertEqual([], self.reads)  # room is Nova's to judge
+
+    def test_nova_chooses_until_its_choices_failed_on_one_host(self):
+        self.assertIsNone(self.decide(task('v1')))
+        self.assertIsNone(self.decide(task('v1', {'b': 1})))
+        self.assertEqual('c', self.decide(task('v1', {'b': 2})))
+        self.assertEqual('b', self.decide(task('v1', {'b': 1}, 'b')))
+
+    def test_never_a_host_that_is_down_disabled_or_failed_too_often(self):
+        self.assertIsNone(self.decide(task('v1', {'b': 2, 'c': 3}, 'c')))
+
+    def test_the_request_is_frozen(self):
+        request = task('v1', {'b': 1})
+        self.assertRaises(dataclasses.FrozenInstanceError, setattr,
+                          request, 'target', 'x')
+
+        def put():
+            request.failures['b'] = 5
+        self.assertRaises(TypeError, put)
+
+    def test_choose_target_has_the_last_word(self):
+        seen = []
+
+        class Old(smart.SmartEvacuation):
+            def choose_target(self, task, view):
+                seen.append(task)
+                return 'mine'
+        self.strategy = Old(self.strategy.conf)
+        self.assertEqual('mine', self.decide(task('v1'), spare='s'))
+        self.assertEqual('s', seen[0].target)  # the engine's decision
+
+    def test_a_failing_strategy_leaves_the_engines_proposal(self):
+        class Broken(spread.SpreadEvacuation):
+            def rank(self, request, candidates, view):
+                raise ValueError('bug')
+        self.strategy = Broken(self.strategy.conf)
+        logged = self.useFixture(fixtures.FakeLogger())
+        self.assertEqual('c', self.decide(task('v1', {'b': 2}, 'b')))
+        self.assertIn('failed to choose a target for v1; asking for c',
+                      logged.output)
+
+
 class TestSpread(testtools.TestCase):
 
     def setUp(self):
@@ -170,49 +244,50 @@ class TestSpread(testtools.TestCase):
         return placement.build(snap, 'failed', vcpus=free, spare=spare,
                                **kw)
 
+    def decide(self, request, view):
+        return placement.decide(request, view, self.strategy)
+
     def test_least_loaded_of_the_same_aggregate_first(self):
         view = self.view([server('x', 'a1', 4), server('y', 'a2', 2)])
-        self.assertEqual('a2', self.strategy.choose_target(task('v1'), view))
+        self.assertEqual('a2', self.decide(task('v1'), view))
 
     def test_its_own_earlier_choices_count(self):
         view = self.view(on_the_way={'a1': ['v0']}, servers=[
             server('v0', 'failed')])
-        self.assertEqual('a2', self.strategy.choose_target(task('v1'), view))
+        self.assertEqual('a2', self.decide(task('v1'), view))
 
     def test_then_the_zone_then_anywhere(self):
         free = {'a1': 1, 'a2': 0, 'z1': 2, 'far': 50}
-        self.assertEqual('z1', self.strategy.choose_target(
-            task('v1'), self.view(free=free)))
+        self.assertEqual('z1', self.decide(task('v1'),
+                                           self.view(free=free)))
         free['z1'] = 1
-        self.assertEqual('far', self.strategy.choose_target(
-            task('v1'), self.view(free=free)))
+        self.assertEqual('far', self.decide(task('v1'),
+                                            self.view(free=free)))
 
     def test_no_room_anywhere_lets_nova_choose(self):
         free = dict.fromkeys(['a1', 'a2', 'z1', 'far'], 1)
-        self.assertIsNone(self.strategy.choose_target(
-            task('v1'), self.view(free=free)))
+        self.assertIsNone(self.decide(task('v1'), self.view(free=free)))
 
     def test_not_eligible_hosts_are_never_chosen(self):
         self.services[1] = service('a1', status='disabled')
         self.services[2] = service('a2', state='down')
-        self.assertEqual('z1', self.strategy.choose_target(
-            task('v1'), self.view()))
+        self.assertEqual('z1', self.decide(task('v1'), self.view()))
 
     def test_restart_limits_move_on(self):
         failed = task('v1', failures={'a1': 2})
-        self.assertEqual('a2', self.strategy.choose_target(
+        self.assertEqual('a2', self.decide(
             failed, self.view([server('y', 'a2', 8)])))
 
     def test_the_reserved_spare_first_while_it_has_room(self):
-        self.assertEqual('far', self.strategy.choose_target(
-            task('v1'), self.view(spare='far')))
-        self.assertEqual('a1', self.strategy.choose_target(
+        self.assertEqual('far', self.decide(task('v1'),
+                                            self.view(spare='far')))
+        self.assertEqual('a1', self.decide(
             task('v1'), self.view(spare='far', free={'far': 1})))
 
     def test_zone_only(self):
         self.fixture.set(**{'evacuation.spread_domains': ['zone']})
         view = self.view([server('x', 'a1', 4), server('y', 'a2', 2)])
-        self.assertEqual('z1', self.strategy.choose_target(task('v1'), view))
+        self.assertEqual('z1', self.decide(task('v1'), view))
 
     def test_validate_names_the_option(self):
         self.fixture.set(**{'evacuation.spread_domains': ['zone', 'zone']})

@@ -145,7 +145,7 @@ class TestReservedHosts(testtools.TestCase):
         self.assertEqual('enabled', cloud.services['s-az'].status)
         self.assertIsNone(self.strategy.reserve(env, 'c3', pool))
 
-    def test_target_follows_option(self):
-        self.assertEqual('s1', self.strategy.evacuation_target('s1'))
+    def test_rebuild_on_spare_follows_option(self):
+        self.assertTrue(self.strategy.rebuild_on_spare)
         self.conf.set_override('evacuate_to_spare', False, 'reservation')
-        self.assertIsNone(self.strategy.evacuation_target('s1'))
+        self.assertFalse(self.strategy.rebuild_on_spare)

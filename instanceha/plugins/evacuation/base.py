@@ -20,13 +20,18 @@ strategy says only:
 * how often a failed rebuild is retried (``retries``),
 * which pending instances may start now (:meth:`ready`), in which order
   (:meth:`priority`), and
-* where each goes (:meth:`choose_target`, from a read-only
-  :class:`instanceha.engine.placement.PlacementView`).
+* how to rank the hosts each instance may go to (:meth:`rank`, from a
+  read-only :class:`instanceha.engine.placement.PlacementView`); the
+  rules every strategy shares (the reserved spare first, not again on a
+  host an instance failed on too often) are the engine's
+  (:func:`instanceha.engine.placement.decide`).
 
 The values a strategy is handed are named here too (``base.InstanceTask``,
 ``base.TaskState``): they are part of the strategy interface that
 doc/driver-authors.md describes.
 """
+
+from collections.abc import Sequence
 
 from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import evacuation_job
@@ -85,31 +90,51 @@ class EvacuationStrategy(base.Driver):
         """The pending tasks that may start now, in order."""
         return [t for t in tasks if t.state is TaskState.PENDING]
 
-    def choose_target(self, task: InstanceTask,
-                      view: placement.PlacementView) -> str | None:
-        """Where the next evacuate call of ``task`` asks Nova to rebuild it.
+    #: True: :meth:`rank` orders the hosts an instance may go to (their
+    #: room looked at); False: the engine's proposal stands (the reserved
+    #: spare, the host asked before, another after repeated failures on
+    #: one, else Nova's scheduler) -- see
+    #: :func:`instanceha.engine.placement.decide`, which owns the rules
+    #: every strategy shares.
+    places: bool = False
 
-        None lets Nova's scheduler choose; a host named here is a request
-        Nova's scheduler still validates (never forced). ``view`` is a
-        read-only picture of the other hosts (room, failure domains, the
-        reserved spare), never the environment. The default keeps the
-        engine's proposal, ``task.target``: the reserved spare when
-        instances are to be rebuilt on it, after repeated failures on one
-        host another one (``[evacuation] same_target_retries``), else
-        None -- what the built-in strategies always chose.
+    def rank(self, request: placement.PlacementRequest,
+             candidates: tuple[placement.HostRoom, ...],
+             view: placement.PlacementView
+             ) -> Sequence[placement.HostRoom]:
+        """The hosts ``request``'s instance may go to, best first.
+
+        Asked only when :attr:`places`. ``candidates`` are the eligible
+        hosts with room for it that the retry-elsewhere rule allows, by
+        name (never empty); ``view`` is a read-only picture of the other
+        hosts (room, failure domains), never the environment. Empty lets
+        Nova's scheduler choose; the first is a request Nova's scheduler
+        still validates (never forced). The default keeps their order.
+        """
+        return candidates
+
+    def choose_target(self, task: placement.PlacementRequest,
+                      view: placement.PlacementView) -> str | None:
+        """The last word on where ``task``'s next evacuate call goes.
+
+        ``task.target`` is what :func:`instanceha.engine.placement.decide`
+        chose (None: Nova's scheduler); the default keeps it. For
+        strategies written before :meth:`rank`: a new one ranks instead,
+        and leaves the spare and the retry-elsewhere rule to the engine.
         """
         return task.target
 
     def begin(self, host: str, servers: list[model.Server], *,
-              target: str | None = None,
+              spare: str | None = None,
               since=None) -> evacuation_job.EvacuationJob:
         """Start (or, after a restart, resume) evacuating ``host``.
 
         :param servers: the host's eligible instances as Nova lists them
             now (instances whose status Nova cannot evacuate are skipped).
-        :param target: a spare to rebuild on; None lets Nova choose.
+        :param spare: the reserved spare to rebuild them on first; None
+            lets the placement decision choose.
         :param since: migration records older than this are not ours
             (the time the host was fenced).
         """
-        return evacuation_job.EvacuationJob(self, host, servers, target,
+        return evacuation_job.EvacuationJob(self, host, servers, spare,
                                             since)

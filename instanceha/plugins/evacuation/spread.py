@@ -21,7 +21,8 @@ domain first (a host aggregate it shares, then its availability zone, as
 ``[evacuation] spread_domains`` says), and in it the least loaded host,
 counting the instances this evacuation already sent there. A reserved
 spare the operator wants instances rebuilt on (``[reservation]
-evacuate_to_spare``) is filled first while it has room.
+evacuate_to_spare``) is filled first while it has room (the engine's
+rule, :func:`instanceha.engine.placement.decide`).
 
 The target is a request Nova's scheduler still checks; a refused one is
 a failed attempt like any other (``[evacuation] same_target_retries``),
@@ -31,7 +32,6 @@ retries are those of the smart strategy.
 
 from instanceha.engine import placement
 from instanceha import exceptions
-from instanceha.plugins.evacuation import base
 from instanceha.plugins.evacuation import smart
 
 
@@ -42,6 +42,7 @@ class SpreadEvacuation(smart.SmartEvacuation):
     #: It weighs every host by the instances Nova lists there: a full
     #: read lists every server, not only the failed hosts'.
     needs_all_servers = True
+    places = True
 
     @classmethod
     def get_properties(cls) -> dict[str, str]:
@@ -75,23 +76,11 @@ class SpreadEvacuation(smart.SmartEvacuation):
                 return index
         return len(domains)
 
-    def choose_target(self, task: base.InstanceTask,
-                      view: placement.PlacementView) -> str | None:
-        limit = self.same_target_retries
-
-        def allowed(host: str) -> bool:
-            # Restart limits: a host this instance failed on too often is
-            # not asked again.
-            return task.failures.get(host, 0) <= limit
-
-        if (view.spare is not None and allowed(view.spare)
-                and view.fits(view.spare, task.server_id)):
-            return view.spare
-        found = [room for room in view.candidates(task.server_id)
-                 if allowed(room.host)]
-        if not found:
-            return None  # nowhere known to fit: Nova's scheduler decides
-        best = min(found, key=lambda room: (
+    def rank(self, request: placement.PlacementRequest,
+             candidates: tuple[placement.HostRoom, ...],
+             view: placement.PlacementView
+             ) -> list[placement.HostRoom]:
+        """The failed host's failure domain first, the least loaded first."""
+        return sorted(candidates, key=lambda room: (
             self._distance(room, view), room.load is None,
             room.load or 0.0, room.host))
-        return best.host

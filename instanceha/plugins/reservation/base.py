@@ -63,6 +63,6 @@ class ReservationStrategy(base.Driver):
         """
         return frozenset()
 
-    def evacuation_target(self, spare: str | None) -> str | None:
-        """Where to rebuild the failed host's instances (None: anywhere)."""
-        return None
+    #: The failed host's instances are to be rebuilt on its spare
+    #: (:func:`instanceha.engine.placement.decide` asks for it first).
+    rebuild_on_spare: bool = False

@@ -148,5 +148,6 @@ class ReservedHosts(base.ReservationStrategy):
         with self._lock:
             self._claims.pop(spare, None)
 
-    def evacuation_target(self, spare: str | None) -> str | None:
-        return spare if self.conf.reservation.evacuate_to_spare else None
+    @property
+    def rebuild_on_spare(self) -> bool:
+        return self.conf.reservation.evacuate_to_spare
