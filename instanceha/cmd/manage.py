@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         common.setup(PROG, argv, conf)
         return conf.command.func(conf)
 
-    return common.run(PROG, body)
+    return common.run(PROG, body, json_output=common.wants_json(argv))
 
 
 if __name__ == '__main__':

@@ -79,23 +79,20 @@ def describe(pause: pause_mod.Pause | None,
     return row
 
 
-def _fail(message: str, code: int) -> int:
-    print('error: %s' % message)
-    return code
-
-
 def _pause(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     if not (args.reason or '').strip():
-        return _fail('--reason is required: say why instance HA is '
-                     'paused (it is shown in the log and by status)', 2)
+        raise exceptions.ConfigurationError(
+            '--reason is required: say why instance HA is paused (it is '
+            'shown in the log and by status)')
     if args.duration and args.indefinite:
-        return _fail('give either --for DURATION or --indefinite, not '
-                     'both', 2)
+        raise exceptions.ConfigurationError(
+            'give either --for DURATION or --indefinite, not both')
     if not args.duration and not args.indefinite:
-        return _fail('a pause needs an end: --for DURATION (e.g. --for '
-                     '30m); nothing is protected while paused. Use '
-                     '--indefinite to pause with no end on purpose', 2)
+        raise exceptions.ConfigurationError(
+            'a pause needs an end: --for DURATION (e.g. --for 30m); nothing '
+            'is protected while paused. Use --indefinite to pause with no '
+            'end on purpose')
     until = None
     now = _now()
     if args.duration:
@@ -103,30 +100,20 @@ def _pause(conf: cfg.ConfigOpts) -> int:
             until = now + datetime.timedelta(
                 seconds=parse_duration(args.duration))
         except ValueError as exc:
-            return _fail(str(exc), 2)
+            raise exceptions.ConfigurationError(str(exc)) from None
     pause = pause_mod.Pause(reason=args.reason.strip(), since=now,
                             until=until, by=_who())
-    try:
-        store = pause_store.from_conf(conf)
-        store.set(pause)
-    except exceptions.ConfigurationError as exc:
-        return _fail(str(exc), 2)
-    except exceptions.InstanceHAError as exc:
-        return _fail(str(exc), 1)
+    store = pause_store.from_conf(conf)
+    store.set(pause)
     print('instance HA %s (stored in %s); every copy obeys it at its next '
           'poll' % (pause.describe(), store.describe()))
     return 0
 
 
 def _resume(conf: cfg.ConfigOpts) -> int:
-    try:
-        store = pause_store.from_conf(conf)
-        before = store.current()
-        store.clear()
-    except exceptions.ConfigurationError as exc:
-        return _fail(str(exc), 2)
-    except exceptions.InstanceHAError as exc:
-        return _fail(str(exc), 1)
+    store = pause_store.from_conf(conf)
+    before = store.current()
+    store.clear()
     if before is None:
         print('instance HA was not paused; nothing to resume')
     else:
@@ -136,13 +123,8 @@ def _resume(conf: cfg.ConfigOpts) -> int:
 
 
 def _status(conf: cfg.ConfigOpts) -> int:
-    try:
-        store = pause_store.from_conf(conf)
-        row = describe(store.current(), _now())
-    except exceptions.ConfigurationError as exc:
-        return _fail(str(exc), 2)
-    except exceptions.InstanceHAError as exc:
-        return _fail(str(exc), 1)
+    store = pause_store.from_conf(conf)
+    row = describe(store.current(), _now())
     row['backend'] = store.describe()
     if conf.command.format == 'json':
         print(json.dumps(row, sort_keys=True))

@@ -21,11 +21,12 @@ never takes part in the leader election.
 """
 
 import sys
+import traceback
 
 from oslo_config import cfg
-from oslo_log import log
 from oslo_upgradecheck import upgradecheck
 
+from instanceha.cmd import common
 from instanceha import conf as ha_conf
 from instanceha.daemon import preflight
 from instanceha import exceptions
@@ -165,18 +166,27 @@ class Checks(upgradecheck.UpgradeCommands):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    json_output = common.wants_json(argv)
     conf = cfg.ConfigOpts()
     checks = Checks(conf)
     upgradecheck.register_cli_options(conf, checks)
     try:
-        ha_conf.parse_args(sys.argv[1:] if argv is None else argv, conf)
+        ha_conf.parse_args(argv, conf)
     except (cfg.Error, ValueError) as exc:
-        print('%s: error: %s' % (PROG, exc), file=sys.stderr)
-        return 255
-    log.setup(conf, 'instanceha')
+        return common.fail(PROG, str(exc), code=255, json_output=json_output)
+    common.setup_logging(conf)
     # upgradecheck reads --json from its module-level CONF.
     upgradecheck.CONF = conf
-    return upgradecheck.run(conf)
+    # oslo.upgradecheck's run() prints a check that broke as a traceback
+    # on stdout; run the checks here so that stdout stays JSON.
+    try:
+        return conf.command.action_fn()
+    except Exception as exc:
+        traceback.print_exc()
+        return common.fail(PROG, 'a check broke: unexpected %s (traceback '
+                           'above)' % type(exc).__name__, code=255,
+                           json_output=json_output)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -71,3 +73,68 @@ class TestConsoleScripts(testtools.TestCase):
         self.assertEqual(2, res.returncode, res.stdout)
         self.assertIn('compute-1', res.stderr)
         self.assertIn("'adress'", res.stderr)
+
+
+def closed_port():
+    """A local TCP port nothing listens on (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+class TestJsonOutputWhenSomethingFails(testtools.TestCase):
+    """Every --json/--format json command prints JSON, logs on stderr."""
+
+    COMMANDS = [
+        ('instanceha.cmd.manage', 'hosts', 'list', '--json'),
+        ('instanceha.cmd.manage', 'instances', 'list', '--json'),
+        ('instanceha.cmd.manage', 'maintenance', 'status', 'compute-1',
+         '--json'),
+        ('instanceha.cmd.manage', 'hosts', 'history', 'compute-1',
+         '--format', 'json'),
+        ('instanceha.cmd.manage', 'instances', 'history', 'server-1',
+         '--format', 'json'),
+        ('instanceha.cmd.manage', 'plan', '--format', 'json'),
+        ('instanceha.cmd.manage', 'status', '--format', 'json'),
+        ('instanceha.cmd.manage', 'hosts', 'list', '--json', '--no-such'),
+        ('instanceha.cmd.status', 'upgrade', 'check', '--json'),
+    ]
+
+    def test_unreachable_nova_and_backend(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        conf = os.path.join(tmp, 'test.conf')
+        with open(conf, 'w') as f:
+            f.write('[nova]\nauth_type = password\n'
+                    'auth_url = http://127.0.0.1:%d/v3\nusername = admin\n'
+                    'password = Not-a-Secret-1\nproject_name = admin\n'
+                    'user_domain_name = Default\n'
+                    'project_domain_name = Default\n'
+                    '[coordination]\nbackend_url = redis://127.0.0.1:%d\n'
+                    % (closed_port(), closed_port()))
+        procs = [(cmd, subprocess.Popen(
+            [sys.executable, '-m', cmd[0], '--config-file', conf, *cmd[1:]],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            for cmd in self.COMMANDS]
+        errs = []
+        for cmd, proc in procs:
+            out, err = proc.communicate(timeout=180)
+            errs.append(err)
+            self.assertNotEqual(0, proc.returncode, (cmd, out, err))
+            try:
+                doc = json.loads(out)
+            except ValueError:
+                self.fail('%s: stdout is not JSON: %r (stderr %r)'
+                          % (' '.join(cmd), out, err))
+            if cmd[0] == 'instanceha.cmd.manage':
+                self.assertEqual(proc.returncode, doc['exit_code'], cmd)
+                # The same message on stderr (argparse's own for a bad
+                # command line).
+                self.assertIn(doc['error'] if '--no-such' not in cmd
+                              else 'unrecognized arguments', err)
+            else:
+                self.assertEqual(2, max(c['result'] for c in doc['checks']))
+            # Log lines (keystoneauth's warning) go to stderr only.
+            self.assertNotIn('WARNING', out, cmd)
+            self.assertNotIn('Not-a-Secret-1', out + err, cmd)
+        # ... where keystoneauth's warning about the refused connection is.
+        self.assertIn('WARNING keystoneauth', errs[0])
