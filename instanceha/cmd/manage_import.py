@@ -25,9 +25,11 @@ Nova credentials -- and writes into ``--out``:
 * ``fencing.yaml`` with ``*_file`` secrets, and those files under
   ``secrets/`` (mode 0600).
 
-It prints, option by option, what was mapped, what changed meaning and
-what has no equivalent. Nothing is written when an input is unusable, and
-no secret is ever printed.
+It prints, option by option, what was mapped, what changed meaning, what
+instanceha does another way and what is lost (``rh_options`` has the
+list of Red Hat InstanceHA's options). Nothing is written when an input
+is unusable, or when behaviour would be lost and ``--allow-unconverted``
+is not given; no secret is ever printed.
 """
 
 import dataclasses
@@ -37,60 +39,10 @@ from typing import Any
 
 import yaml
 
+from instanceha.cmd import rh_options
 from instanceha import exceptions
 
 PROG = 'instanceha-manage import rh-instanceha'
-
-#: Red Hat InstanceHA's defaults and clamping ranges: an option it does
-#: not find, or finds out of range, behaves like this there.
-RH_DEFAULTS: dict[str, Any] = {
-    'EVACUABLE_TAG': 'evacuable', 'DELTA': 30, 'POLL': 45, 'THRESHOLD': 50,
-    'WORKERS': 4, 'DELAY': 0, 'LOGLEVEL': 'INFO', 'SMART_EVACUATION': False,
-    'RESERVED_HOSTS': False, 'FORCE_RESERVED_HOST_EVACUATION': False,
-    'TAGGED_IMAGES': True, 'TAGGED_FLAVORS': True, 'TAGGED_AGGREGATES': True,
-    'LEAVE_DISABLED': False, 'FORCE_ENABLE': False, 'CHECK_KDUMP': False,
-    'KDUMP_TIMEOUT': 30, 'DISABLED': False, 'SSL_VERIFY': True,
-    'FENCING_TIMEOUT': 30, 'HASH_INTERVAL': 60,
-}
-RH_RANGES = {'DELTA': (10, 300), 'POLL': (15, 600), 'THRESHOLD': (0, 100),
-             'WORKERS': (1, 50), 'DELAY': (0, 300), 'KDUMP_TIMEOUT': (5, 300),
-             'FENCING_TIMEOUT': (5, 120), 'HASH_INTERVAL': (30, 300)}
-
-#: RH option -> (our group, our option, what changed meaning or None).
-SIMPLE = {
-    'EVACUABLE_TAG': ('tagging', 'evacuable_tag', None),
-    'DELTA': ('DEFAULT', 'delta', None),
-    'POLL': ('DEFAULT', 'poll', None),
-    'THRESHOLD': ('DEFAULT', 'threshold', (
-        'counted over the hosts the filters keep (eligible hosts), and a '
-        'blocked cycle is logged and retried every poll')),
-    'WORKERS': ('DEFAULT', 'workers', (
-        'hosts recovered at the same time; evacuation calls in flight are '
-        'bounded by [evacuation] max_in_flight, which defaults to it')),
-    'SMART_EVACUATION': ('DEFAULT', 'smart_evacuation', None),
-    'LEAVE_DISABLED': ('DEFAULT', 'leave_disabled', (
-        'the host is also left powered off, not powered back on')),
-    'FORCE_ENABLE': ('DEFAULT', 'force_enable', (
-        'never re-enables a host smart evacuation marked FAILED: an '
-        'operator clears it ("instanceha-manage hosts clear")')),
-    'KDUMP_TIMEOUT': ('kdump', 'kdump_timeout', None),
-    'DISABLED': ('DEFAULT', 'disabled', None),
-    'FENCING_TIMEOUT': ('fencing', 'device_timeout', (
-        'seconds each device may take to confirm a power change; the whole '
-        'fencing of a host is bounded by [fencing] chain_timeout')),
-    'TAGGED_IMAGES': ('tagging', 'tagged_images', None),
-    'TAGGED_FLAVORS': ('tagging', 'tagged_flavors', None),
-    'TAGGED_AGGREGATES': ('tagging', 'tagged_aggregates', None),
-}
-
-NO_EQUIVALENT = {
-    'DELAY': ('a host is evacuated once its devices prove it off; there is '
-              'no fixed wait'),
-    'HASH_INTERVAL': ('the health endpoint (/healthz, [health]) reports '
-                      'readiness directly'),
-}
-
-_BOOLS = ('true', 'yes', 'on', '1')
 
 
 @dataclasses.dataclass
@@ -103,7 +55,7 @@ class Result:
     fencing: dict[str, dict] = dataclasses.field(default_factory=dict)
     #: {relative path under --out: content}
     secret_files: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: (kind, source, text): kind is mapped, changed or none.
+    #: (kind, source, text): kind is one of rh_options' kinds.
     report: list[tuple[str, str, str]] = dataclasses.field(
         default_factory=list)
 
@@ -146,98 +98,6 @@ def _section(data: Any, key: str, path: str, what: str) -> dict:
     return data[key]
 
 
-def _value(name: str, raw: Any, result: Result) -> Any:
-    """An RH option's value as RH reads it (type, clamping)."""
-    default = RH_DEFAULTS.get(name)
-    if isinstance(default, bool):
-        return str(raw).strip().lower() in _BOOLS
-    if isinstance(default, int):
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            result.note('changed', name, 'not an integer (%r): Red Hat '
-                        'InstanceHA used its default %d' % (raw, default))
-            return default
-        low, high = RH_RANGES.get(name, (value, value))
-        clamped = min(max(value, low), high)
-        if clamped != value:
-            result.note('changed', name, '%d is outside %d-%d: Red Hat '
-                        'InstanceHA used %d, so does this import'
-                        % (value, low, high, clamped))
-        return clamped
-    return str(raw)
-
-
-def convert_config(config: dict, result: Result) -> dict[str, Any]:
-    """config.yaml's ``config:`` -> options. Returns the effective values."""
-    given = {str(k).upper(): v for k, v in config.items()}
-    for name in sorted(set(given) - set(RH_DEFAULTS)):
-        result.note('none', name, 'not a Red Hat InstanceHA option known to '
-                    'this importer: ignored')
-    values = {name: (_value(name, given[name], result) if name in given
-                     else default) for name, default in RH_DEFAULTS.items()}
-    for name in sorted(RH_DEFAULTS):
-        source = name if name in given else '%s (unset)' % name
-        value = values[name]
-        if name in SIMPLE:
-            group, option, changed = SIMPLE[name]
-            setting = result.set(group, option, value)
-            result.note('mapped', source, setting)
-            if changed and value is not False:
-                result.note('changed', name, '%s: %s' % (setting, changed))
-        elif name in NO_EQUIVALENT:
-            if name in given:
-                result.note('none', name, NO_EQUIVALENT[name])
-    tagged = [n for n in ('TAGGED_IMAGES', 'TAGGED_FLAVORS',
-                          'TAGGED_AGGREGATES') if values[n]]
-    if tagged:
-        result.note('changed', ', '.join(tagged), '%s: kept Red Hat '
-                    'InstanceHA\'s rule that when nothing carries the tag '
-                    'every instance is evacuated; set it to false to '
-                    'evacuate only tagged instances' % result.set(
-                        'tagging', 'all_when_none_tagged', True))
-    if values['CHECK_KDUMP']:
-        result.note('mapped', 'CHECK_KDUMP', '%s and %s' % (
-            result.set('kdump', 'check_kdump', True),
-            result.set('detection', 'detectors', ['nova', 'kdump'])))
-    elif 'CHECK_KDUMP' in given:
-        result.note('mapped', 'CHECK_KDUMP', result.set(
-            'kdump', 'check_kdump', False))
-    _reserved(values, given, result)
-    if not values['SSL_VERIFY']:
-        result.note('changed', 'SSL_VERIFY', '%s, and verify: false on every '
-                    'redfish and bmh device: certificates are not checked' %
-                    result.set('nova', 'insecure', True))
-    level = str(values['LOGLEVEL']).upper()
-    if level == 'DEBUG':
-        result.note('mapped', 'LOGLEVEL', result.set('DEFAULT', 'debug',
-                                                     True))
-    elif 'LOGLEVEL' in given and level != 'INFO':
-        result.note('none', 'LOGLEVEL', '%s: instanceha logs at INFO; use '
-                    'oslo.log\'s default_log_levels to quieten it' % level)
-    return values
-
-
-def _reserved(values: dict, given: dict, result: Result) -> None:
-    if not values['RESERVED_HOSTS']:
-        if 'RESERVED_HOSTS' in given:
-            result.note('mapped', 'RESERVED_HOSTS', result.set(
-                'reservation', 'strategy', 'none'))
-        return
-    result.note('mapped', 'RESERVED_HOSTS', result.set(
-        'reservation', 'strategy', 'reserved-hosts'))
-    result.note('changed', 'RESERVED_HOSTS', '%s: a spare is a disabled host '
-                'whose disabled_reason starts with "reserved" (Red Hat '
-                'InstanceHA: contains it)' % result.set(
-                    'reservation', 'reserved_reason', 'reserved'))
-    result.note('mapped', 'FORCE_RESERVED_HOST_EVACUATION', result.set(
-        'reservation', 'evacuate_to_spare',
-        values['FORCE_RESERVED_HOST_EVACUATION']))
-    result.note('changed', 'RESERVED_HOSTS', '%s: a spare is looked for in '
-                'the failed host\'s aggregate or zone first, then anywhere'
-                % result.set('reservation', 'same_domain_only', False))
-
-
 def convert_clouds(clouds: dict, secure: dict | None, name: str | None,
                    path: str, result: Result) -> None:
     """clouds.yaml (+ secure.yaml) -> [nova] options and the password."""
@@ -278,7 +138,7 @@ def convert_clouds(clouds: dict, secure: dict | None, name: str | None,
         result.note('mapped', 'secure.yaml %s password' % name,
                     '[nova] password in secrets.conf (mode 0600)')
     else:
-        result.note('none', 'secure.yaml', 'no password for cloud %s: add '
+        result.note('todo', 'secure.yaml', 'no password for cloud %s: add '
                     '[nova] password to secrets.conf' % name)
 
 
@@ -294,6 +154,7 @@ def convert_fencing(fencing: dict, values: dict, path: str,
     """fencing.yaml's ``FencingConfig:`` -> our hosts, secrets in files."""
     hosts = _section(fencing, 'FencingConfig', path, 'fencing file')
     verify = bool(values.get('SSL_VERIFY', True))
+    true_words = rh_options.TRUE_WORDS
     for host, entry in sorted(hosts.items()):
         host = str(host)
         if not isinstance(entry, dict):
@@ -314,11 +175,11 @@ def convert_fencing(fencing: dict, values: dict, path: str,
                 device['port'] = int(str(entry['ipport']))
             device['username'] = str(entry.get('login'))
         elif 'redfish' in agent:
+            # Red Hat InstanceHA: port 443 unless given, even over http.
             scheme = ('https' if str(entry.get('tls', 'false')).lower()
-                      in _BOOLS else 'http')
-            address = '%s://%s' % (scheme, entry.get('ipaddr'))
-            if entry.get('ipport'):
-                address += ':%s' % entry['ipport']
+                      in true_words else 'http')
+            address = '%s://%s:%s' % (scheme, entry.get('ipaddr'),
+                                      entry.get('ipport') or 443)
             device = {'driver': 'redfish', 'address': address,
                       'system_id': str(entry.get('uuid')
                                        or 'System.Embedded.1'),
@@ -366,14 +227,14 @@ def convert(config_path: str, fencing_path: str,
     result = Result()
     config = _section(_load_yaml(config_path, 'config file'), 'config',
                       config_path, 'config file')
-    values = convert_config(config, result)
+    values = rh_options.convert(config, result)
     if clouds_path:
         secure = _load_yaml(secure_path, 'secure file') if secure_path \
             else None
         convert_clouds(_load_yaml(clouds_path, 'clouds file'), secure, cloud,
                        clouds_path, result)
     else:
-        result.note('none', 'clouds.yaml', 'not given: add the [nova] auth '
+        result.note('todo', 'clouds.yaml', 'not given: add the [nova] auth '
                     'options (auth_type, auth_url, username, ...) yourself')
     convert_fencing(_load_yaml(fencing_path, 'fencing file'), values,
                     fencing_path, result)
@@ -423,8 +284,21 @@ def write(result: Result, out: str) -> list[str]:
     return targets
 
 
+#: Report sections, in the order they are printed.
 _TITLES = {'mapped': 'mapped', 'changed': 'changed meaning',
-           'none': 'no equivalent'}
+           'replaced': 'done another way (nothing to convert)',
+           'unused': 'without effect', 'todo': 'left for you to do',
+           'unconverted': 'NOT CONVERTED (behaviour that is lost)'}
+
+
+def print_report(result: Result) -> None:
+    """The report, section by section: option, then what became of it."""
+    for kind, title in _TITLES.items():
+        rows = [(s, t) for k, s, t in result.report if k == kind]
+        if rows:
+            print('%s:' % title)
+            for source, text in rows:
+                print('  %s: %s' % (source, text))
 
 
 def _run(conf) -> int:
@@ -433,16 +307,18 @@ def _run(conf) -> int:
         result = convert(args.import_config, args.import_fencing,
                          args.import_clouds, args.import_secure,
                          args.import_cloud)
+        lost = [s for k, s, _t in result.report if k == 'unconverted']
+        if lost and not args.import_allow_unconverted:
+            print_report(result)
+            raise exceptions.ConfigurationError(
+                '%d option(s) not converted: %s (see NOT CONVERTED above); '
+                'nothing was written. Rerun with --allow-unconverted to '
+                'accept the loss' % (len(lost), ', '.join(lost)))
         written = write(result, args.import_out)
     except exceptions.ConfigurationError as exc:
         print('%s: error: %s' % (PROG, exc), file=sys.stderr)
         return 2
-    for kind in ('mapped', 'changed', 'none'):
-        rows = [(s, t) for k, s, t in result.report if k == kind]
-        if rows:
-            print('%s:' % _TITLES[kind])
-            for source, text in rows:
-                print('  %s: %s' % (source, text))
+    print_report(result)
     out = os.path.abspath(args.import_out)
     print('wrote %s in %s' % (', '.join(written), out))
     print('next: instanceha-manage --config-file %s/instanceha.conf '
@@ -492,4 +368,10 @@ def add_parsers(subparsers) -> None:
     rh.add_argument('--out', dest='import_out', required=True,
                     metavar='DIR', help='directory to write into (created; '
                     'existing files are never overwritten)')
+    rh.add_argument('--allow-unconverted', dest='import_allow_unconverted',
+                    action='store_true',
+                    help='write the files although some options could not '
+                         'be converted (the report names each, with what '
+                         'is lost); without it such an import writes '
+                         'nothing and exits 2')
     rh.set_defaults(func=_run)

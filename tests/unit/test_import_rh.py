@@ -38,11 +38,13 @@ def manage(*args):
                           timeout=120)
 
 
-def import_rh(out, config=None, fencing=None, clouds=True):
+def import_rh(out, config=None, fencing=None, clouds=True,
+              allow_unconverted=True):
     args = ['import', 'rh-instanceha',
             '--config', config or os.path.join(SAMPLES, 'config.yaml'),
             '--fencing', fencing or os.path.join(SAMPLES, 'fencing.yaml'),
-            '--out', out]
+            '--out', out] + (['--allow-unconverted'] if allow_unconverted
+                             else [])
     if clouds:
         args += ['--clouds', os.path.join(SAMPLES, 'clouds.yaml'),
                  '--secure', os.path.join(SAMPLES, 'secure.yaml')]
@@ -64,6 +66,16 @@ class TestImportRhInstanceHA(testtools.TestCase):
             return f.read()
 
     def test_import_writes_valid_files_and_reports(self):
+        # DELAY 10 cannot be converted: nothing is written unless the
+        # operator accepts that.
+        res = import_rh(self.out, allow_unconverted=False)
+        self.assertEqual(2, res.returncode, res.stderr)
+        self.assertIn('1 option(s) not converted: DELAY', res.stderr)
+        self.assertIn('--allow-unconverted', res.stderr)
+        self.assertIn('NOT CONVERTED (behaviour that is lost):\n  DELAY: '
+                      'Red Hat InstanceHA waited 10 s', res.stdout)
+        self.assertFalse(os.path.exists(self.out))
+
         res = import_rh(self.out)
         self.assertEqual(0, res.returncode, res.stderr)
         for secret in SECRETS:
@@ -95,9 +107,10 @@ class TestImportRhInstanceHA(testtools.TestCase):
         self.assertIn('[tagging] all_when_none_tagged = true', out)
         self.assertIn('host compute-2.example.com: driver redfish', out)
         self.assertIn('\nchanged meaning:\n', out)
-        self.assertIn('\nno equivalent:\n', out)
-        self.assertIn('  DELAY: ', out)
-        self.assertIn('  HASH_INTERVAL: ', out)
+        self.assertIn('\nNOT CONVERTED (behaviour that is lost):\n  DELAY: ',
+                      out)
+        self.assertIn('\ndone another way (nothing to convert):\n'
+                      '  HASH_INTERVAL: ', out)
         conf = self.read('instanceha.conf')
         self.assertIn('config_file = %s' % os.path.join(
             self.out, 'fencing.yaml'), conf)
@@ -124,7 +137,8 @@ class TestImportRhInstanceHA(testtools.TestCase):
     def test_without_clouds_the_nova_section_is_left_to_write(self):
         res = import_rh(self.out, clouds=False)
         self.assertEqual(0, res.returncode, res.stderr)
-        self.assertIn('clouds.yaml: not given', res.stdout)
+        self.assertIn('left for you to do:\n  clouds.yaml: not given',
+                      res.stdout)
         self.assertNotIn('[nova]', self.read('instanceha.conf'))
 
     def test_unusable_inputs_are_named_and_nothing_written(self):
