@@ -180,6 +180,22 @@ class ToozCoordinator(ports.Coordinator):
                     'needs a directory, e.g. file:///var/lib/instanceha/'
                     'coordination' % self._redacted)
 
+    def _probe_directory(self) -> None:
+        """file://: the directory is writable, or can be created, by us."""
+        path = urllib.parse.urlsplit(self._url).path
+        existing = path
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing.rstrip('/')) or '/'
+        if not os.path.isdir(existing):
+            raise exceptions.CoordinationError(
+                'coordination backend %s: %s is not a directory'
+                % (self._redacted, existing))
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise exceptions.CoordinationError(
+                'coordination backend %s: %s is not writable by this user%s'
+                % (self._redacted, existing, '' if existing == path else
+                   ' (the service creates %s in it)' % path))
+
     def _options(self) -> dict[str, str]:
         """Timeouts derived from ours, unless the URL sets them itself."""
         given = urllib.parse.parse_qs(urllib.parse.urlsplit(self._url).query)
@@ -209,6 +225,10 @@ class ToozCoordinator(ports.Coordinator):
         """
         from tooz import coordination as tooz_coordination
 
+        if self._scheme == 'file':
+            # tooz's file driver creates its directory: look instead.
+            self._probe_directory()
+            return
         driver = None
         try:
             driver = tooz_coordination.get_coordinator(

@@ -80,6 +80,15 @@ def _suggest(name: str, candidates) -> str:
     return '; did you mean %s?' % close[0] if close else ''
 
 
+def group_name(section: str) -> str:
+    """The group a file's ``[section]`` sets, as oslo.config reads it.
+
+    oslo.config matches group names in any case (``[Coordination]`` sets
+    ``[coordination]``), except DEFAULT, which must be upper case.
+    """
+    return section if section == 'DEFAULT' else section.lower()
+
+
 def find(conf: cfg.ConfigOpts) -> list[str]:
     """One message per unknown group or option, naming file and key."""
     known = _known(conf)
@@ -90,13 +99,14 @@ def find(conf: cfg.ConfigOpts) -> list[str]:
             cfg.ConfigParser(path, sections).parse()
         except (OSError, cfg.ParseError):
             continue  # oslo.config itself reported it while parsing
-        for section, items in sections.items():
+        for written, items in sections.items():
+            section = group_name(written)
             if section not in known:
                 hint = _suggest(section, known)
                 hint = hint.replace('mean ', 'mean [').replace('?', ']?')
                 messages.append('%s: unknown group [%s] (none of its %d '
                                 'option(s) is read)%s'
-                                % (path, section, len(items), hint))
+                                % (path, written, len(items), hint))
                 continue
             for key in items:
                 if key in known[section]:
@@ -108,5 +118,5 @@ def find(conf: cfg.ConfigOpts) -> list[str]:
                 else:
                     hint = _suggest(key, known[section])
                 messages.append('%s: unknown option [%s] %s (ignored)%s'
-                                % (path, section, key, hint))
+                                % (path, written, key, hint))
     return messages

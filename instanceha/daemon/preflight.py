@@ -91,6 +91,13 @@ def _fencing(conf: cfg.ConfigOpts) -> list[Finding]:
         fencing.stop()
 
 
+def _secrets(conf: cfg.ConfigOpts) -> list[Finding]:
+    """Secrets in files others can read: config files and secret files."""
+    from instanceha.conf import _secrets as secret_check
+
+    return [Finding(WARNING, text) for text in secret_check.find(conf)]
+
+
 def _unknown_options(conf: cfg.ConfigOpts) -> list[Finding]:
     from instanceha.conf import _unknown as unknown
 
@@ -105,6 +112,7 @@ CHECKS: tuple[tuple[str, Callable[[cfg.ConfigOpts], list[Finding]]], ...] = (
     ('coordination backend', _coordination),
     ('drivers', _drivers),
     ('fencing file', _fencing),
+    ('secrets', _secrets),
     # Last: loading the auth plugin and the drivers registers options.
     ('unknown options', _unknown_options),
 )

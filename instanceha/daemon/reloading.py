@@ -108,7 +108,9 @@ class Reloader:
     """Reloads on request, in the loop's thread before a tick.
 
     :param parts: objects with a ``reload()`` (others are skipped); their
-        ``RELOADS`` attribute names what they re-read.
+        ``RELOADS`` attribute names what they re-read, and ``OPTIONS``
+        the options (``[group] name``) that say where it is: when a part
+        refuses, those are not reported as changed live.
     :param events: where ``config_reloaded`` and ``reload_refused`` go
         (the notifiers and, in the simulator, the event log).
     """
@@ -158,7 +160,7 @@ class Reloader:
             LOG.warning('option %s changed but cannot change while the '
                         'service runs: restart it to apply the new value',
                         name)
-        reloaded = []
+        reloaded, not_applied = [], []
         for part in self.parts:
             what = getattr(part, 'RELOADS', type(part).__name__)
             try:
@@ -167,13 +169,19 @@ class Reloader:
                 LOG.error('new %s refused: %s; the %s loaded before stays '
                           'in force', what, exc, what)
                 self._emit(ev.RELOAD_REFUSED, what=what, reason=str(exc))
+                # The option naming what was refused did not change live:
+                # the part still runs with what it loaded before.
+                mine = set(getattr(part, 'OPTIONS', ()))
+                not_applied += [n for n in changed if n in mine]
+                changed = [n for n in changed if n not in mine]
                 continue
             if said:
                 LOG.info('%s', said)
                 reloaded.append(what)
-        LOG.info('reload done: %d option(s) changed live%s%s', len(changed),
-                 '; restart needed for %s' % ', '.join(restart)
-                 if restart else '', '; re-read: %s' % ', '.join(reloaded)
-                 if reloaded else '')
+        LOG.info('reload done: %d option(s) changed live%s%s%s',
+                 len(changed), '; restart needed for %s' % ', '.join(restart)
+                 if restart else '', '; not applied (refused above): %s'
+                 % ', '.join(not_applied) if not_applied else '',
+                 '; re-read: %s' % ', '.join(reloaded) if reloaded else '')
         self._emit(ev.RELOADED, changed=changed, restart_needed=restart,
                    reloaded=reloaded)

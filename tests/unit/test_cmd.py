@@ -20,12 +20,13 @@ import fixtures
 import testtools
 
 
-def run(*args, conf_text=None, tmp=None):
+def run(*args, conf_text=None, tmp=None, conf_mode=0o600):
     cmd = list(args)
     if conf_text is not None:
         path = os.path.join(tmp, 'test.conf')
         with open(path, 'w') as f:
             f.write(conf_text)
+        os.chmod(path, conf_mode)
         cmd[1:1] = ['--config-file', path]
     return subprocess.run([sys.executable, '-m'] + cmd, capture_output=True,
                           text=True, timeout=60)

@@ -56,9 +56,10 @@ class TestConfigValidate(testtools.TestCase):
             '[fencing]\nconfig_file = %s\n' % (self.tmp, self.fencing))
         return text + extra
 
-    def validate(self, conf_text, *args):
+    def validate(self, conf_text, *args, conf_mode=0o600):
         res = test_cmd.run('instanceha.cmd.manage', 'config', 'validate',
-                           *args, conf_text=conf_text, tmp=self.tmp)
+                           *args, conf_text=conf_text, tmp=self.tmp,
+                           conf_mode=conf_mode)
         self.assertNotIn(PASSWORD, res.stdout + res.stderr)
         return res
 
@@ -148,6 +149,34 @@ class TestConfigValidate(testtools.TestCase):
         self.assertIn("'password'", res.stderr)
         self.assertIn("'password_file'", res.stderr)
         self.assertIn('compute-1', res.stderr)
+
+    def test_every_secret_is_checked_the_same_way(self):
+        # [nova] password in a config file others can read.
+        res = self.validate(self.conf(), conf_mode=0o644)
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertIn('setting [nova] password) is readable by group or '
+                      'others (mode 0644)', res.stderr)
+        self.assertEqual(2, self.validate(self.conf(), '--strict',
+                                          conf_mode=0o644).returncode)
+        # The heartbeat key, once the heartbeat detector reads it.
+        key = self.write('hb.key', 'k' * 32 + '\n', mode=0o644)
+        heartbeat = ('[detection]\ndetectors = nova,heartbeat\n'
+                     '[heartbeat]\nkey_file = %s\n' % key)
+        res = self.validate(self.conf(heartbeat), '--strict')
+        self.assertEqual(2, res.returncode, res.stderr)
+        self.assertIn('%s (secret file of [heartbeat] key_file) is readable'
+                      % key, res.stderr)
+        os.chmod(key, 0o600)
+        res = self.validate(self.conf(heartbeat), '--strict')
+        self.assertEqual(0, res.returncode, res.stderr)
+
+    def test_group_names_in_any_case_as_oslo_config_reads_them(self):
+        res = self.validate(self.conf('[Coordination]\nlease_time = 20\n'
+                                      '[DEFAULT]\npoll = 30\n'),
+                            '--strict')
+        self.assertEqual(0, res.returncode, res.stderr)
+        res = self.validate(self.conf('[Coordination]\nlease_tme = 20\n'))
+        self.assertIn('unknown option [Coordination] lease_tme', res.stderr)
 
     def test_secret_file_readable_by_others_is_a_warning(self):
         os.chmod(self.secret, 0o644)

@@ -166,6 +166,23 @@ class TestFencingFile(ReloadBase):
         self.reloader.reload()
         self.assertTrue(self.topo.configured('c9'))
         self.assertFalse(self.topo.configured('c1'))
+        self.assertIn('[fencing] config_file',
+                      self.last(ev.RELOADED)['changed'])
+
+    def test_refused_path_is_not_changed_live(self):
+        bad = self.write('hosts:\n  c9: {driver: ipmi}\n', name='bad.yaml')
+        self.write_conf('threshold = 60\n', fencing='')
+        with open(self.conf_path, 'a') as f:
+            f.write('[fencing]\nconfig_file = %s\n' % bad)
+        self.reloader.reload()
+        self.assertEqual('fencing file',
+                         self.last(ev.RELOAD_REFUSED)['what'])
+        self.assertTrue(self.topo.configured('c1'))
+        self.assertEqual(['[DEFAULT] threshold'],
+                         self.last(ev.RELOADED)['changed'])
+        self.assertIn('reload done: 1 option(s) changed live; not applied '
+                      '(refused above): [fencing] config_file',
+                      self.log.output)
 
     def test_fence_in_progress_keeps_the_file_it_started_with(self):
         started, go = threading.Event(), threading.Event()

@@ -72,6 +72,8 @@ class TestUpgradeCheckOffline(testtools.TestCase):
         self.assertIn('coverage not checked', results['Fencing'][1])
         self.assertEqual((0, 'heartbeat detector off'),
                          results['Heartbeat key'])
+        # A check changes nothing: the service creates the directory.
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, 'coord')))
 
     def test_configuration_problems_are_failures(self):
         code, results = self.check(

@@ -108,6 +108,9 @@ class HeartbeatDetector(base.Detector):
 
     #: What :meth:`reload` re-reads (for the reload's messages).
     RELOADS = 'heartbeat keys'
+    #: The options naming them: not changed live when the keys are refused.
+    OPTIONS = ('[heartbeat] key_file', '[heartbeat] previous_key_file',
+               '[heartbeat] key_mode')
 
     def __init__(self, conf, listener=None):
         super().__init__(conf)

@@ -73,6 +73,7 @@ from typing import Any
 from oslo_config import cfg
 import yaml
 
+from instanceha.conf import _secrets as secret_check
 from instanceha import exceptions
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import devices as devices_mod
@@ -344,15 +345,13 @@ class _Builder:
             try:
                 with open(fname) as f:
                     value = f.read()
-                    mode = os.fstat(f.fileno()).st_mode
             except OSError as exc:
                 self.fail(where, '%s %s: cannot read: %s'
                           % (fkey, fname, exc.strerror or exc))
-            if mode & 0o077:
-                self.warnings.append(
-                    'fencing file %s: %s: secret file %s (%s) is readable by '
-                    'group or others (mode %04o); chmod 600 it'
-                    % (self.path, where, fname, fkey, mode & 0o7777))
+            unsafe = secret_check.exposed(fname, 'secret file of %s' % fkey)
+            if unsafe:
+                self.warnings.append('fencing file %s: %s: %s'
+                                     % (self.path, where, unsafe))
             value = value[:-1] if value.endswith('\n') else value
             value = value[:-1] if value.endswith('\r') else value
             if not value:

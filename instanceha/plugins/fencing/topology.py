@@ -58,6 +58,8 @@ class Topology(ports.Fencer):
 
     #: What :meth:`reload` re-reads (for the reload's messages).
     RELOADS = 'fencing file'
+    #: The options naming it: not changed live when the file is refused.
+    OPTIONS = ('[fencing] config_file',)
 
     def __init__(self, conf: cfg.ConfigOpts, fencing: config.FencingFile,
                  clock: ports.Clock | None = None):
