@@ -43,7 +43,6 @@ myst_ref_domains = ['std']
 # Links from the guides to files of the repository outside the documents
 # (source files, samples) have no page to point to here; those links, and
 # every other, are checked by tests/unit/test_docs.py (test_links_resolve).
-suppress_warnings = ['myst.xref_missing']
 
 # etc/instanceha/instanceha.conf.sample, regenerated from the options.
 config_generator_config_file = (
@@ -52,3 +51,25 @@ sample_config_basename = '_static/instanceha'
 
 html_theme = 'alabaster'
 html_static_path = ['_static']
+
+#: Markdown files outside doc/ that the guides link to, and the page of
+#: the site that includes each (guides/<page>.md). The guides keep the
+#: repository paths, which work where they are read as files.
+INCLUDED_ELSEWHERE = {
+    '../tests/scenarios/README.md': 'scenarios.md',
+    '../tests/functional/peers/README.md': 'test-peers.md',
+}
+
+
+def _link_to_pages(app, relative_path, parent_docname, content):
+    """Point links to INCLUDED_ELSEWHERE files at their pages of the site.
+
+    Links to other repository files (code, samples) become downloads
+    (``:relative-docs: ../`` on each include resolves them).
+    """
+    for path, page in INCLUDED_ELSEWHERE.items():
+        content[0] = content[0].replace('](%s)' % path, '](%s)' % page)
+
+
+def setup(app):
+    app.connect('include-read', _link_to_pages)
