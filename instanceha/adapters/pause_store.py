@@ -201,6 +201,10 @@ _STORES = {'file': FilePauseStore, 'redis': RedisPauseStore,
            'etcd3+http': EtcdPauseStore, 'etcd3+https': EtcdPauseStore}
 
 
+#: The backend URL schemes that can keep a pause.
+SCHEMES = tuple(sorted(_STORES))
+
+
 def from_url(url: str, group: str = 'instanceha') -> PauseStore:
     scheme = urllib.parse.urlsplit(url).scheme
     cls = _STORES.get(scheme)

@@ -67,6 +67,20 @@ def _coordination(conf: cfg.ConfigOpts) -> list[Finding]:
     return []
 
 
+def _pause(conf: cfg.ConfigOpts) -> list[Finding]:
+    """The coordination backend can keep an operator's pause."""
+    from instanceha.adapters import pause_store
+
+    try:
+        pause_store.from_conf(conf)
+    except ImportError:
+        return []  # the coordination check names the missing library
+    except exceptions.ConfigurationError as exc:
+        return [Finding(WARNING, '%s; this service cannot be paused'
+                        % exc)]
+    return []
+
+
 def _drivers(conf: cfg.ConfigOpts) -> list[Finding]:
     """Every configured driver name resolves and accepts its options."""
     from instanceha.plugins import loader
@@ -110,6 +124,7 @@ CHECKS: tuple[tuple[str, Callable[[cfg.ConfigOpts], list[Finding]]], ...] = (
     ('option values', _values),
     ('Nova credentials', _nova),
     ('coordination backend', _coordination),
+    ('pause', _pause),
     ('drivers', _drivers),
     ('fencing file', _fencing),
     ('secrets', _secrets),

@@ -94,8 +94,8 @@ def make_pause(conf) -> ports.PauseSource | None:
     from instanceha.adapters import pause_store
     try:
         return pause_store.from_conf(conf)
-    except exceptions.ConfigurationError as exc:
-        LOG.warning('%s; this service cannot be paused', exc)
+    except exceptions.ConfigurationError:
+        # Start-up's preflight warned already, as config validate does.
         return None
 
 

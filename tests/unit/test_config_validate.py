@@ -89,10 +89,14 @@ class TestConfigValidate(testtools.TestCase):
         self.assertEqual(2, res.returncode, res.stdout)
         self.assertIn('[coordination] backend_url', res.stderr)
         self.assertIn('kazoo', res.stderr)
+        # No pause can be kept there: config validate says so as start-up
+        # does.
+        self.assertIn('this service cannot be paused', res.stderr)
         service = test_cmd.run('instanceha.cmd.service', conf_text=text,
                                tmp=self.tmp)
         self.assertEqual(2, service.returncode)
         self.assertIn('kazoo', service.stderr)
+        self.assertIn('this service cannot be paused', service.stderr)
 
     def test_unknown_scheme_named(self):
         res = self.validate(self.conf(

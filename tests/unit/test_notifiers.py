@@ -274,3 +274,19 @@ class TestLogAlwaysRuns(testtools.TestCase):
         disp = dispatcher.from_conf(conf)
         self.assertEqual(['log', 'kubernetes'],
                          [d.name for d in disp.drivers])
+
+
+class TestMessagingExtra(testtools.TestCase):
+    """oslo.messaging is an extra: without it the driver names it."""
+
+    def test_missing_oslo_messaging_names_the_extra(self):
+        from unittest import mock
+
+        from instanceha.plugins.notifiers import messaging
+
+        conf = self.useFixture(conf_fixture.ConfFixture()).conf
+        with mock.patch.dict('sys.modules', {'oslo_messaging': None}):
+            exc = self.assertRaises(exceptions.ConfigurationError,
+                                    messaging.MessagingNotifier(conf)
+                                    .validate)
+        self.assertIn('pip install "instanceha[messaging]"', str(exc))

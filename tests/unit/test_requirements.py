@@ -157,10 +157,20 @@ class TestRequirements(testtools.TestCase):
         found = extras()
         self.assertIn('redis', found.get('redis', {}))
         self.assertIn('etcd3gw', found.get('etcd', {}))
-        self.assertIn('kazoo', found.get('zookeeper', {}))
+        # Only backends that keep a pause have an extra.
+        from instanceha.adapters import pause_store
+        self.assertNotIn('zookeeper', found)
+        self.assertEqual({'file', 'redis', 'etcd3+http', 'etcd3+https'},
+                         set(pause_store.SCHEMES))
         # And the libraries they need are not forced on everyone.
         for name in ('redis', 'etcd3gw', 'kazoo'):
             self.assertNotIn(name, runtime_requirements())
+
+    def test_messaging_notifier_is_an_extra(self):
+        # oslo.messaging brings oslo.service and eventlet: only for the
+        # messaging notifier, which names the extra when it is missing.
+        self.assertIn('oslo-messaging', extras().get('messaging', {}))
+        self.assertNotIn('oslo-messaging', runtime_requirements())
 
     def test_installed_versions_meet_the_lower_bounds(self):
         from packaging import requirements as pkg_req

@@ -53,7 +53,13 @@ class MessagingNotifier(base.NotifierDriver):
         # Imported here: oslo.messaging pulls in eventlet and oslo.service,
         # which a service without this driver (or a driver listing) need
         # not load.
-        import oslo_messaging
+        try:
+            import oslo_messaging
+        except ImportError:
+            raise exceptions.ConfigurationError(
+                'option [notifications] drivers: the messaging notifier '
+                'needs oslo.messaging, which is not installed; install the '
+                'extra: pip install "instanceha[messaging]"') from None
         self._om = oslo_messaging
         try:
             self._transport = oslo_messaging.get_notification_transport(
