@@ -77,6 +77,52 @@ OPTS = [
                help='How many detection cycles a mass heartbeat loss is '
                     'held (hosts reported unknown) before those hosts are '
                     'reported failed; 0 disables the protection.'),
+    cfg.StrOpt('isolation_response', default='none', mutable=True,
+               choices=[('none', 'leave the instances running'),
+                        ('poweroff', 'power them off at once'),
+                        ('shutdown', 'shut them down cleanly, power off '
+                                     'what is still running after '
+                                     'isolation_shutdown_wait')],
+               help='What a host\'s agent does to its protected instances '
+                    'when it finds itself isolated: no answer from the '
+                    'service for its isolation timeout and none of its '
+                    'isolation addresses answers. Sent to the agents in '
+                    'the service\'s answers (an isolated agent cannot ask). '
+                    'A host aggregate overrides it with the metadata '
+                    'isolation_response_key. Instances excluded from '
+                    'recovery by the filters get no response. Choose it '
+                    'from the storage path: see doc/host-side.md.'),
+    cfg.StrOpt('isolation_response_key',
+               default='instanceha_isolation_response', mutable=True,
+               regex=r'^[a-zA-Z0-9-_:. ]{1,255}$',
+               help='Host aggregate metadata key whose value (none, '
+                    'poweroff or shutdown) sets the isolation response of '
+                    'the aggregate\'s hosts.'),
+    cfg.IntOpt('isolation_shutdown_wait', default=120, min=0, max=3600,
+               mutable=True,
+               help='isolation_response = shutdown: seconds a guest gets '
+                    'to shut down before it is powered off.'),
+    cfg.IntOpt('watchdog_min_deadline', default=0, min=0, max=86400,
+               mutable=True,
+               help='The shortest watchdog deadline an agent may announce '
+                    'and be counted on (0: no host is counted fenced by '
+                    'its watchdog). It must exceed a leader election '
+                    '([coordination] lease_time + heartbeat_interval) and '
+                    'network_failover_time: otherwise a leader change or '
+                    'a network failover resets armed hosts. config '
+                    'validate warns when it does not.'),
+    cfg.IntOpt('watchdog_margin', default=15, min=0, max=3600,
+               mutable=True,
+               help='Seconds added to a host\'s watchdog deadline before '
+                    'it may be counted as reset (clock rates, scheduling, '
+                    'the device\'s own precision).'),
+    cfg.IntOpt('network_failover_time', default=0, min=0, max=86400,
+               mutable=True,
+               help='The longest the management network may be down '
+                    'during a planned failover (e.g. a switch or bond '
+                    'maintenance); 0: not known. Watchdog deadlines '
+                    'shorter than it reset hosts during such a failover; '
+                    'config validate warns.'),
     cfg.IntOpt('log_interval', default=60, min=1, max=86400,
                help='Rejected heartbeats are counted by reason and logged '
                     'at most once per reason per this many seconds.'),
@@ -89,3 +135,32 @@ def validate(conf: cfg.ConfigOpts) -> None:
         raise exceptions.ConfigurationError(
             'option [heartbeat] previous_key_file names the same file as '
             'key_file (%s)' % group.key_file)
+
+
+def watchdog_warnings(conf: cfg.ConfigOpts) -> list[str]:
+    """What ``config validate`` says about the watchdog deadline.
+
+    The deadline is the agents' (announced in their heartbeats); the
+    service counts on it only from ``watchdog_min_deadline`` on, so that
+    is the number checked.
+    """
+    group = conf.heartbeat
+    deadline = group.watchdog_min_deadline
+    if not deadline:
+        return []
+    out = []
+    coord = conf.coordination
+    election = coord.lease_time + coord.heartbeat_interval
+    if deadline <= election:
+        out.append(
+            'option [heartbeat] watchdog_min_deadline (%d s) does not exceed '
+            'a leader election ([coordination] lease_time + '
+            'heartbeat_interval = %.0f s): armed hosts reset whenever the '
+            'leader dies and another takes over' % (deadline, election))
+    if group.network_failover_time and deadline <= (
+            group.network_failover_time):
+        out.append(
+            'option [heartbeat] watchdog_min_deadline (%d s) is not longer '
+            'than network_failover_time (%d s): armed hosts reset during '
+            'a network failover' % (deadline, group.network_failover_time))
+    return out

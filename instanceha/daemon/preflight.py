@@ -112,6 +112,13 @@ def _secrets(conf: cfg.ConfigOpts) -> list[Finding]:
     return [Finding(WARNING, text) for text in secret_check.find(conf)]
 
 
+def _watchdog(conf: cfg.ConfigOpts) -> list[Finding]:
+    from instanceha.conf import heartbeat
+
+    return [Finding(WARNING, text)
+            for text in heartbeat.watchdog_warnings(conf)]
+
+
 def _unknown_options(conf: cfg.ConfigOpts) -> list[Finding]:
     from instanceha.conf import _unknown as unknown
 
@@ -128,6 +135,7 @@ CHECKS: tuple[tuple[str, Callable[[cfg.ConfigOpts], list[Finding]]], ...] = (
     ('drivers', _drivers),
     ('fencing file', _fencing),
     ('secrets', _secrets),
+    ('watchdog deadline', _watchdog),
     # Last: loading the auth plugin and the drivers registers options.
     ('unknown options', _unknown_options),
 )

@@ -124,6 +124,8 @@ class Service:
     notifications: object | None = None
     #: The shutdown policy's handler (with the heartbeat detector).
     shutdown: object | None = None
+    #: What the leading copy answers the agents (with the detector).
+    hostside: object | None = None
 
 
 def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
@@ -161,6 +163,10 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
         # Announced shutdowns: freeze, drain and enable after each tick.
         built.shutdown = shutdown.ShutdownHandler(conf, engine, heartbeat)
         built.observers.append(built.shutdown)
+        # Answers to the agents: isolation policy, pause (the host's side).
+        from instanceha import hostside
+        built.hostside = hostside.HostSide(conf, engine, heartbeat)
+        built.observers.append(built.hostside)
     return built
 
 

@@ -228,7 +228,7 @@ class Agent:
         for sock in ready:
             while True:
                 try:
-                    data, sender = sock.recvfrom(protocol.MAX_PACKET + 1)
+                    data, sender = sock.recvfrom(protocol.MAX_DATAGRAM + 1)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:

@@ -57,6 +57,34 @@ class HostRecord:
     received: float
     address: str
     key_index: int
+    #: 1, or 2 for an agent that reports (and takes answers).
+    version: int = protocol.VERSION
+    #: A version 2 heartbeat's report.
+    report: protocol.Report | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogView:
+    """What this copy may assume about a host's watchdog.
+
+    The service may count a silent host as reset by its watchdog only
+    from ``reset_by`` (plus a safety margin) on, and only when
+    ``current`` (see :meth:`HeartbeatListener.watchdog`).
+    """
+
+    #: The latest heartbeat says armed (not releasing), it was heard
+    #: while this copy led and after the last pause release it was told.
+    current: bool
+    #: Seconds, as announced.
+    deadline: float
+    #: When the announcing heartbeat arrived (listener's monotonic clock).
+    announced: float
+    #: When this copy last sent the host an answer (None: never).
+    last_answer: float | None
+    #: last_answer + deadline: after it the host has reset unless it
+    #: heard an answer this copy does not know of (there is none while
+    #: ``current``: only the leader answers). None when not current.
+    reset_by: float | None
 
 
 class HeartbeatListener:
@@ -109,9 +137,29 @@ class HeartbeatListener:
         #: handler, only on the leading copy); None: no reply.
         self.responder: Callable[[shutdown.Announcement],
                                  str | None] | None = None
+        #: What to answer a host's version 2 heartbeat: its isolation
+        #: policy and the pause, or None when this copy does not lead
+        #: (then nothing is answered). Set by the service's wiring.
+        self.answerer: Callable[[str], protocol.Answer | None] | None = None
+        #: host -> when this copy last sent it an answer (monotonic).
+        self._answered: dict[str, float] = {}
+        #: host -> when this copy last told it instance HA is paused.
+        self._released: dict[str, float] = {}
+        #: host -> boot id and number of version 1 heartbeats answered.
+        self._probed: dict[str, tuple[bytes, int]] = {}
+        #: host -> (boot id, last link state change logged).
+        self._changes_seen: dict[str, tuple[bytes, int]] = {}
+        #: host -> how to send it a datagram (its last heartbeat's socket
+        #: and address): the stand-down at stop.
+        self._reply_to: dict[str, Callable[[bytes], None]] = {}
+        #: Since when this copy answers (None: it does not).
+        self.leading_since: float | None = None
+        #: Answers sent; link state changes reported, by new state.
+        self.answers = 0
+        self.link_changes: dict[str, int] = {}
         self.udp = udp_mod.UdpListener(
             'heartbeat-listener', endpoints, self.handle,
-            protocol.MAX_PACKET + 1, housekeeping=self._reload_keys,
+            protocol.MAX_DATAGRAM + 1, housekeeping=self._reload_keys,
             replies=True)
 
     def start(self) -> None:
@@ -119,7 +167,33 @@ class HeartbeatListener:
         self.started_at = self._clock()
 
     def stop(self) -> None:
+        self.stand_down()
         self.udp.stop()
+
+    def stand_down(self) -> None:
+        """Tell every reporting host this copy stops (a clean stop).
+
+        An agent told so by every collector it sends to knows the whole
+        service stopped rather than itself being cut off, and releases
+        its watchdog instead of letting it reset the host (see
+        doc/host-side.md). Sent once; lost datagrams only mean the
+        agent judges by silence, as after a crash.
+        """
+        self.leading_since = None
+        with self._lock:
+            targets = [(host, rec, self._reply_to.get(host))
+                       for host, rec in self._table.items()
+                       if rec.version == protocol.VERSION_2]
+        for host, rec, reply in targets:
+            if reply is None:
+                continue
+            try:
+                reply(self._answer_packet(host, rec, protocol.Answer(
+                    standdown=True)))
+            except (ValueError, protocol.Rejected):
+                continue
+        if targets:
+            LOG.info('told %d host(s) this copy stops', len(targets))
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -128,6 +202,92 @@ class HeartbeatListener:
     def now(self) -> float:
         """The listener's monotonic clock (compare with ``received``)."""
         return self._clock()
+
+    def _answer_packet(self, host: str, rec: HostRecord,
+                       answer: protocol.Answer) -> bytes:
+        keys = self._keys(host) if callable(self._keys) else self._keys
+        return protocol.encode(host, rec.boot_id, rec.sequence, self._wall(),
+                               keys[rec.key_index], answer=answer)
+
+    def _answer(self, hb: protocol.Heartbeat, record: HostRecord,
+                reply: Callable[[bytes], None] | None) -> None:
+        """Answer a heartbeat when this copy leads (see protocol)."""
+        answerer = self.answerer
+        answer = answerer(hb.host) if answerer is not None else None
+        if answer is None:
+            self.leading_since = None
+            return
+        if self.leading_since is None:
+            # Set at the first answer, never earlier: what is counted
+            # from it errs late, the safe side.
+            self.leading_since = record.received
+        if reply is None:
+            return
+        if hb.version == protocol.VERSION:
+            boot, count = self._probed.get(hb.host, (None, 0))
+            count = count if boot == hb.boot_id else 0
+            if count >= protocol.PROBES:
+                return
+            self._probed[hb.host] = (hb.boot_id, count + 1)
+        pol = answer.policy
+        digest = hb.report.policy_digest if hb.report else b''
+        if pol is not None and digest and pol.digest() == digest:
+            answer = dataclasses.replace(answer, policy=None, policy_ok=True)
+        reply(self._answer_packet(hb.host, record, answer))
+        now = self._clock()
+        with self._lock:
+            self._answered[hb.host] = now
+            if answer.pause is not None:
+                self._released[hb.host] = now
+        self.answers += 1
+
+    def _log_changes(self, host: str, boot_id: bytes,
+                     report: protocol.Report) -> None:
+        """Log and count each reported link state change once."""
+        boot, seen = self._changes_seen.get(host, (None, 0))
+        seen = seen if boot == boot_id else 0
+        for ch in report.pending:
+            if ch.number <= seen:
+                continue
+            seen = ch.number
+            self.link_changes[ch.new] = self.link_changes.get(ch.new, 0) + 1
+            log = LOG.warning if ch.new in (protocol.PARTITIONED,
+                                            protocol.ISOLATED) else LOG.info
+            log('host %s reports its link to the service went from %s to '
+                '%s %.0f s ago', host, ch.old, ch.new, ch.age)
+        self._changes_seen[host] = (boot_id, seen)
+
+    def last_answer(self, host: str) -> float | None:
+        """When this copy last sent ``host`` an answer (monotonic)."""
+        return self._answered.get(host)
+
+    def watchdog(self, host: str) -> WatchdogView | None:
+        """The host's watchdog as this copy may count on it.
+
+        None: the host never announced one. ``current`` only when the
+        host's latest heartbeat says armed (not releasing), it arrived
+        while this copy led and after this copy last told the host
+        instance HA is paused (an agent released its watchdog then; only
+        a later heartbeat says it armed again), and this copy has
+        answered the host since it leads. Everything else
+        leaves the host to the other fencing levels.
+        """
+        rec = self._table.get(host)
+        report = rec.report if rec is not None else None
+        if report is None or report.watchdog == protocol.WD_OFF:
+            return None
+        last = self._answered.get(host)
+        since = self.leading_since
+        released = self._released.get(host)
+        current = bool(report.watchdog == protocol.WD_ARMED
+                       and report.deadline > 0 and since is not None
+                       and rec.received >= since and last is not None
+                       and last >= since
+                       and (released is None or rec.received > released))
+        return WatchdogView(
+            current=current, deadline=report.deadline,
+            announced=rec.received, last_answer=last,
+            reset_by=last + report.deadline if current else None)
 
     def set_keys(self, keys: keys_mod.HostKeys) -> None:
         """Use other keys from now on (a reload: new files or key mode).
@@ -194,8 +354,14 @@ class HeartbeatListener:
         self.accepted += 1
         if hb.key_index:
             self.accepted_previous_key += 1
+        if reply is not None:
+            self._reply_to[hb.host] = reply
+        if hb.report is not None:
+            self._log_changes(hb.host, hb.boot_id, hb.report)
         if hb.kind is not None:
             self._announce(hb, record, sender, reply)
+        else:
+            self._answer(hb, record, reply)
         return record
 
     def _announce(self, hb: protocol.Heartbeat, record: HostRecord,
@@ -223,6 +389,9 @@ class HeartbeatListener:
         keys = self._keys(hb.host) if callable(self._keys) else self._keys
         reply(protocol.encode(hb.host, hb.boot_id, hb.sequence, self._wall(),
                               keys[hb.key_index], reply=answer))
+        with self._lock:
+            # The answer tells the agent the service hears it, too.
+            self._answered[hb.host] = self._clock()
 
     def announcement(self, host: str) -> shutdown.Announcement | None:
         """The host's latest shutdown announcement, None if none."""
@@ -265,7 +434,8 @@ class HeartbeatListener:
                 protocol.REPLAY, 'host %s: new boot id with a timestamp not '
                 'after its last heartbeat' % hb.host)
         return HostRecord(hb.boot_id, hb.sequence, hb.timestamp,
-                          self._clock(), sender, hb.key_index)
+                          self._clock(), sender, hb.key_index,
+                          hb.version, hb.report)
 
     def record(self, host: str) -> HostRecord | None:
         return self._table.get(host)
@@ -287,6 +457,10 @@ class HeartbeatListener:
                  'hosts': len(self._table)}
         if self.announcements:
             stats['announcements'] = dict(self.announcements)
+        if self.answers:
+            stats['answers'] = self.answers
+        if self.link_changes:
+            stats['link_changes'] = dict(self.link_changes)
         return stats
 
 

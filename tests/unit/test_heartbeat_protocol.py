@@ -77,14 +77,15 @@ class TestHeartbeatProtocol(testtools.TestCase):
         self.assertEqual(p.TRUNCATED, self.reason(packet('a' * 20)[:-1]))
 
     def test_oversized(self):
-        self.assertEqual(p.OVERSIZED, self.reason(b'x' * (p.MAX_PACKET + 1)))
+        self.assertEqual(p.OVERSIZED,
+                         self.reason(b'x' * (p.MAX_DATAGRAM + 1)))
         self.assertEqual(p.OVERSIZED, self.reason(packet() + b'\0'))
 
     def test_bad_magic_and_version(self):
         data = packet()
         self.assertEqual(p.BAD_MAGIC, self.reason(b'XXXX' + data[4:]))
         self.assertEqual(p.BAD_VERSION,
-                         self.reason(data[:4] + b'\x02' + data[5:]))
+                         self.reason(data[:4] + b'\x03' + data[5:]))
 
     def test_bad_hmac(self):
         data = bytearray(packet())

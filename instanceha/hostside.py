@@ -1,0 +1,156 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What the leading copy answers each host's agent (the host's side).
+
+The heartbeat listener answers every version 2 heartbeat the leading copy
+accepts (:mod:`instanceha.heartbeat.protocol`); this module decides the
+content, after every tick of the engine, from what the tick read:
+
+* the host's isolation policy: its response (``[heartbeat]
+  isolation_response``, overridden by the aggregate metadata
+  ``isolation_response_key``) and the instances it applies to, those
+  instanceha would recover (the same filters as evacuation: an instance
+  excluded from recovery gets no isolation response either);
+* the operator's pause, with what is left of it: agents release their
+  watchdogs for the pause window.
+
+Only the leading copy answers, at the moment of the answer (the
+coordinator is asked per answer, not per tick): an agent that hears
+answers hears a copy that may act. Nothing here changes the engine or
+the cloud. See doc/host-side.md.
+"""
+
+import logging
+import math
+import threading
+
+from instanceha.engine import decide
+from instanceha.heartbeat import protocol
+
+LOG = logging.getLogger(__name__)
+
+
+def response_of(conf, snapshot, host: str) -> tuple[str, str]:
+    """(isolation response, where it comes from) for ``host``.
+
+    An aggregate's metadata ``[heartbeat] isolation_response_key`` wins
+    over ``[heartbeat] isolation_response``; aggregates that disagree, or
+    a value that is no response, leave the configured one (logged).
+    """
+    group = conf.heartbeat
+    key = group.isolation_response_key
+    found: dict[str, str] = {}
+    for agg in sorted(snapshot.aggregates_of(host) if snapshot else (),
+                      key=lambda a: a.name):
+        value = agg.metadata.get(key)
+        if value is None:
+            continue
+        value = value.strip().lower()
+        if value not in protocol.RESPONSES:
+            LOG.warning('aggregate %s: metadata %s=%r is not an isolation '
+                        'response (%s); ignored', agg.name, key,
+                        agg.metadata[key], ', '.join(protocol.RESPONSES))
+            continue
+        found[agg.name] = value
+    if len(set(found.values())) == 1:
+        name = sorted(found)[0]
+        return found[name], 'aggregate %s' % name
+    if found:
+        LOG.warning('host %s: its aggregates set different isolation '
+                    'responses (%s); using [heartbeat] isolation_response',
+                    host, ', '.join('%s=%s' % kv for kv in
+                                    sorted(found.items())))
+    return group.isolation_response, '[heartbeat] isolation_response'
+
+
+class HostSide:
+    """Computes each host's answer after every tick; answers on demand.
+
+    :param engine: the recovery engine: its snapshot, drivers (filters),
+        pause watch and coordinator are read, nothing is changed.
+    :param detector: the heartbeat detector, whose listener answers.
+    """
+
+    def __init__(self, conf, engine, detector):
+        self.conf = conf
+        self.engine = engine
+        self.detector = detector
+        self._policies: dict[str, protocol.Policy] = {}
+        self._lock = threading.Lock()
+
+    def _leads(self) -> bool:
+        env = self.engine.env
+        return bool(env.coordinator.is_leader() and not env.guard.halted)
+
+    def _pause_left(self) -> float | None:
+        pause = getattr(getattr(self.engine, 'pause', None), 'active', None)
+        if pause is None:
+            return None
+        if pause.until is None:
+            return math.inf
+        now = self.engine.env.clock.now()
+        return max(0.0, (pause.until - now).total_seconds())
+
+    def answer(self, host: str) -> protocol.Answer | None:
+        """The answer to ``host`` (listener thread); None: not leading."""
+        if not self._leads():
+            return None
+        with self._lock:
+            policy = self._policies.get(host)
+        return protocol.Answer(policy=policy, pause=self._pause_left())
+
+    def policy(self, host: str) -> protocol.Policy | None:
+        with self._lock:
+            return self._policies.get(host)
+
+    def refresh(self) -> None:
+        """Recompute the policies from the engine's latest snapshot.
+
+        A host whose instances the tick did not read keeps its previous
+        policy: a partial read must not look like an empty host.
+        """
+        snapshot = self.engine.snapshot
+        if snapshot is None:
+            return
+        filters = self.engine.drivers.filters
+        wait = self.conf.heartbeat.isolation_shutdown_wait
+        policies = {}
+        for svc in snapshot.services:
+            host = svc.host
+            if not snapshot.servers_known(host):
+                old = self.policy(host)
+                if old is not None:
+                    policies[host] = old
+                continue
+            response, _ = response_of(self.conf, snapshot, host)
+            protected: tuple = ()
+            if not decide.host_reasons(filters, host, snapshot):
+                kept, _ = decide.eligible_servers(filters, host, snapshot)
+                protected = tuple(sorted(s.id for s in kept))
+            policies[host] = protocol.Policy(response, wait, protected)
+        with self._lock:
+            self._policies = policies
+
+    def step(self) -> None:
+        listener = self.detector.listener
+        if listener is None:
+            return
+        if getattr(listener, 'answerer', None) is None:
+            listener.answerer = self.answer
+        self.refresh()
+
+    def tick_started(self) -> None:
+        pass
+
+    def tick_finished(self, engine, error: str | None = None) -> None:
+        self.step()

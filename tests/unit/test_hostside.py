@@ -1,0 +1,146 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What the leading copy answers the agents; the watchdog warnings."""
+
+import datetime
+import math
+import types
+
+import fixtures
+import testtools
+
+from instanceha.conf import heartbeat as conf_hb
+from instanceha.engine import model
+from instanceha.engine import pause as pause_mod
+from instanceha.heartbeat import protocol as p
+from instanceha import hostside
+from instanceha import preflight
+from tests import conf_fixture
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+KEY = 'instanceha_isolation_response'
+
+
+class SkipTagged:
+    """An instance filter: servers with metadata skip=1 are not recovered."""
+
+    any_of = None
+    out_of_scope = False
+
+    def host_reason(self, host, snapshot):
+        return 'skipped host' if host == 'skipped' else None
+
+    def instance_reason(self, server, snapshot):
+        return 'tagged' if server.metadata.get('skip') else None
+
+
+def server(sid, host, **md):
+    return model.Server(id=sid, name=sid, host=host, status='ACTIVE',
+                        flavor=model.Flavor(name='f'), metadata=md)
+
+
+class TestHostSide(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.conf = self.useFixture(conf_fixture.ConfFixture()).conf
+        self.log = self.useFixture(fixtures.FakeLogger())
+        self.leader = True
+        self.engine = types.SimpleNamespace(
+            snapshot=None, drivers=types.SimpleNamespace(
+                filters=[SkipTagged()]),
+            pause=types.SimpleNamespace(active=None),
+            env=types.SimpleNamespace(
+                coordinator=types.SimpleNamespace(
+                    is_leader=lambda: self.leader),
+                guard=types.SimpleNamespace(halted=False),
+                clock=types.SimpleNamespace(now=lambda: NOW)))
+        self.side = hostside.HostSide(self.conf, self.engine, None)
+
+    def take(self, servers=(), aggs=(), read=None):
+        hosts = ('h1', 'h2', 'skipped')
+        self.engine.snapshot = model.Snapshot(
+            taken_at=NOW, servers=tuple(servers), servers_read=read,
+            services=tuple(model.Service(id=h, host=h, state=model.UP,
+                                         status=model.ENABLED,
+                                         updated_at=NOW) for h in hosts),
+            aggregates=tuple(model.Aggregate(id=n, name=n, hosts=frozenset(
+                {'h1'}), metadata=md) for n, md in aggs))
+        self.side.refresh()
+
+    def test_protected_instances_follow_the_recovery_filters(self):
+        self.take([server('a', 'h1'), server('b', 'h1', skip='1'),
+                   server('c', 'skipped')])
+        self.assertEqual(p.Policy('none', 120, ('a',)),
+                         self.side.policy('h1'))
+        self.assertEqual((), self.side.policy('skipped').protected)
+        self.assertEqual((), self.side.policy('h2').protected)
+
+    def test_response_from_option_and_aggregate(self):
+        self.conf.set_override('isolation_response', 'shutdown', 'heartbeat')
+        self.take(aggs=[('a', {KEY: ' PowerOff'})])
+        self.assertEqual('poweroff', self.side.policy('h1').response)
+        self.assertEqual('shutdown', self.side.policy('h2').response)
+
+    def test_bad_or_conflicting_aggregates_keep_the_option(self):
+        self.take(aggs=[('a', {KEY: 'reboot'})])
+        self.assertEqual('none', self.side.policy('h1').response)
+        self.assertIn('not an isolation response', self.log.output)
+        self.take(aggs=[('a', {KEY: 'poweroff'}), ('b', {KEY: 'shutdown'})])
+        self.assertEqual('none', self.side.policy('h1').response)
+
+    def test_a_host_not_read_keeps_its_policy(self):
+        self.take([server('a', 'h1')])
+        self.take([], read=frozenset({'h2'}))
+        self.assertEqual(('a',), self.side.policy('h1').protected)
+
+    def test_answers_only_while_leading_with_the_pause(self):
+        self.take([server('a', 'h1')])
+        self.assertEqual(p.Answer(policy=self.side.policy('h1')),
+                         self.side.answer('h1'))
+        self.engine.pause.active = pause_mod.Pause(
+            reason='r', since=NOW, until=NOW + datetime.timedelta(
+                seconds=300))
+        self.assertEqual(300.0, self.side.answer('h1').pause)
+        self.engine.pause.active = pause_mod.Pause(reason='r', since=NOW)
+        self.assertEqual(math.inf, self.side.answer('h1').pause)
+        self.leader = False
+        self.assertIsNone(self.side.answer('h1'))
+
+
+class TestWatchdogWarnings(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.conf = self.useFixture(conf_fixture.ConfFixture()).conf
+
+    def test_nothing_while_no_watchdog_is_counted_on(self):
+        self.assertEqual([], conf_hb.watchdog_warnings(self.conf))
+
+    def test_deadline_must_exceed_an_election(self):
+        self.conf.set_override('watchdog_min_deadline', 18, 'heartbeat')
+        (text,) = conf_hb.watchdog_warnings(self.conf)
+        self.assertIn('leader election', text)
+        self.conf.set_override('watchdog_min_deadline', 19, 'heartbeat')
+        self.assertEqual([], conf_hb.watchdog_warnings(self.conf))
+
+    def test_deadline_must_exceed_the_network_failover(self):
+        self.conf.set_override('watchdog_min_deadline', 60, 'heartbeat')
+        self.conf.set_override('network_failover_time', 60, 'heartbeat')
+        (text,) = conf_hb.watchdog_warnings(self.conf)
+        self.assertIn('network_failover_time (60 s)', text)
+
+    def test_config_validate_reports_them(self):
+        self.conf.set_override('watchdog_min_deadline', 10, 'heartbeat')
+        self.assertIn('leader election', ' '.join(
+            f.message for f in preflight._watchdog(self.conf)))
