@@ -23,6 +23,8 @@ import socket
 import sys
 
 from instanceha.heartbeat import agent as agent_mod
+from instanceha.heartbeat import hostagent
+from instanceha.heartbeat import isolation
 from instanceha.heartbeat import keys
 from instanceha import version
 
@@ -84,10 +86,50 @@ def build_parser() -> argparse.ArgumentParser:
              'the shutdown waits while instanceha live-migrates the '
              'host\'s instances away (default 300). Keep the unit\'s '
              'TimeoutStopSec above it.')
+    group = parser.add_argument_group(
+        'isolation detection', 'The leading instanceha copy answers every '
+        'heartbeat. With no answer for --isolation-timeout seconds the '
+        'agent asks its isolation addresses: one answers = partitioned '
+        '(nothing is done), none answers = isolated (the isolation '
+        'response applies). See doc/host-side.md.')
+    group.add_argument(
+        '--isolation-timeout', type=float, default=30.0,
+        help='Seconds without an answer from the service before the '
+             'isolation addresses are asked (default 30). Keep it above '
+             'a leader election of the service.')
+    group.add_argument(
+        '--isolation-address', action='append', default=None,
+        metavar='ADDR', help='An address that answers while this host\'s '
+        'network works: HOST (one ping) or tcp:HOST:PORT (a connection '
+        'completes); repeat for more (any one answering is enough). '
+        'Default: the default gateway from /proc/net/route.')
+    group.add_argument(
+        '--probe-interval', type=float, default=5.0,
+        help='Seconds between two rounds of asking the isolation addresses '
+             'while the service is silent (default 5).')
     parser.add_argument('--debug', action='store_true',
                         help='Log every heartbeat sent.')
     version.add_argument(parser)
     return parser
+
+
+def build_side(args: argparse.Namespace) -> hostagent.HostSide:
+    """The host's side from the arguments.
+
+    :raises ValueError: naming the argument that is wrong.
+    """
+    texts = args.isolation_address
+    if not texts:
+        gateway = isolation.default_gateway()
+        texts = [gateway] if gateway else []
+        if gateway is None:
+            logging.getLogger(__name__).warning(
+                'no default gateway and no --isolation-address: a silent '
+                'service will be taken for isolation')
+    addresses = [isolation.Address.parse(t) for t in texts]
+    prober = isolation.Prober(addresses, args.probe_interval)
+    monitor = isolation.LinkMonitor(args.isolation_timeout, prober)
+    return hostagent.HostSide(monitor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,10 +152,15 @@ def main(argv: list[str] | None = None) -> int:
                       for c in args.collector]
     except ValueError as exc:
         parser.error('--collector: %s' % exc)
+    for name in ('isolation_timeout', 'probe_interval'):
+        if not 0.01 <= getattr(args, name) <= 86400:
+            parser.error('--%s %s: must be between 0.01 and 86400 seconds'
+                         % (name.replace('_', '-'), getattr(args, name)))
     try:
         keyring = keys.KeyRing(args.key_file, option='--key-file')
+        side = build_side(args)
         agent = agent_mod.Agent(args.host, keyring, collectors,
-                                args.interval)
+                                args.interval, side=side)
     except ValueError as exc:
         print('%s: error: %s' % (PROG, exc), file=sys.stderr)
         return 2
@@ -126,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
-    agent.run(count=args.count)
+    try:
+        agent.run(count=args.count)
+    finally:
+        side.close()
     if stopped and args.announce != 'never':
         kind = (agent_mod.shutdown_kind(args.shutdown_jobs_command)
                 if args.announce == 'auto' else args.announce)

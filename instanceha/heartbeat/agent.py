@@ -17,6 +17,13 @@ packet to every collector. It keeps no state on disk: each start picks a
 new boot id. Sending never blocks on a collector and a failing collector
 never stops the others.
 
+It also listens: the leading service copy answers its heartbeats
+(protocol version 2, spoken to a collector once that collector answered
+once). What an answer says goes to the host's side
+(:class:`instanceha.heartbeat.hostagent.HostSide`: isolation detection,
+the isolation response, the watchdog), which also writes the report each
+version 2 heartbeat carries.
+
 When it is stopped because the machine shuts down, it announces that
 (:meth:`Agent.announce`): a reboot or a power-off, found in systemd's
 job list (:func:`shutdown_kind`). Its unit is ordered after the network,
@@ -44,6 +51,9 @@ DEFAULT_PORT = 7411
 _RESOLVE_EVERY = 300.0
 #: An unanswered announcement is sent again this often.
 ANNOUNCE_REPEAT = 1.0
+#: An answer counts only for a heartbeat sent at most this long ago
+#: (seconds, or two intervals if longer): older ones are replays.
+ANSWER_WINDOW = 5.0
 #: What lists systemd's queued jobs; a shutdown queues one of these.
 JOBS_COMMAND = 'systemctl list-jobs --no-legend --plain'
 _SHUTDOWN_TARGETS = {'reboot.target': protocol.REBOOT,
@@ -117,8 +127,16 @@ class Agent:
 
     def __init__(self, host: str, keyring: keys_mod.KeyRing,
                  collectors: Iterable[tuple[str, int]], interval: float,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time, side=None):
         protocol.check_host_name(host)
+        #: The host's side (HostSide), or None: heartbeats only.
+        self.side = side
+        #: Collector addresses that answered: spoken to in version 2.
+        self._v2: set[tuple] = set()
+        #: sequence -> when it was sent (monotonic), for the answers.
+        self._sent: dict[int, float] = {}
+        self._answered: set[int] = set()
+        self.answers = 0
         self.host = host
         self.keyring = keyring
         self.collectors = list(collectors)
@@ -168,19 +186,36 @@ class Agent:
 
         :param kind: REBOOT or POWEROFF: a shutdown announcement.
         """
+        return self._packets(kind)[0]
+
+    def _packets(self, kind: str | None = None) -> tuple[bytes, bytes | None]:
+        """The next heartbeat in version 1 and, with a host side, 2."""
         self.keyring.reload()
         self.sequence += 1
-        return protocol.encode(self.host, self.boot_id, self.sequence,
-                               self._wall(), self.keyring.keys[0], kind=kind)
+        now = time.monotonic()
+        self._sent[self.sequence] = now
+        window = max(ANSWER_WINDOW, 2 * self.interval)
+        for seq in [q for q, t in self._sent.items() if now - t > window]:
+            del self._sent[seq]
+            self._answered.discard(seq)
+        args = (self.host, self.boot_id, self.sequence, self._wall(),
+                self.keyring.keys[0])
+        v1 = protocol.encode(*args, kind=kind)
+        v2 = (protocol.encode(*args, kind=kind,
+                              report=self.side.report(self.sequence))
+              if self.side is not None else None)
+        return v1, v2
 
     def beat(self, kind: str | None = None) -> bytes:
         """Send one heartbeat to every collector; return the packet."""
         if (self._resolved_at is None or not self._targets
                 or time.monotonic() - self._resolved_at > _RESOLVE_EVERY):
             self._resolve()
-        data = self.packet(kind)
+        v1, v2 = self._packets(kind)
+        data = v1
         for family, sockaddr in self._targets:
             target = '[%s]:%d' % sockaddr[:2]
+            data = v2 if v2 is not None and sockaddr[:2] in self._v2 else v1
             try:
                 self._socket(family).sendto(data, sockaddr)
             except OSError as exc:
@@ -194,7 +229,11 @@ class Agent:
         return data
 
     def run(self, count: int = 0) -> None:
-        """Beat every interval until :meth:`stop` (or ``count`` beats)."""
+        """Beat every interval until :meth:`stop` (or ``count`` beats).
+
+        Between beats it reads the answers; the host side gets a look
+        after every beat and every batch of answers.
+        """
         LOG.info('sending heartbeats for host %s every %.1f s to %s', self.host,
                  self.interval, ', '.join('%s:%d' % c for c in self.collectors))
         beats = 0
@@ -202,13 +241,77 @@ class Agent:
         while not self._stop.is_set():
             self.beat()
             beats += 1
+            self._tick()
             if count and beats >= count:
                 break
             deadline += self.interval
             # Catch up without a burst after a long stall (suspend).
             deadline = max(deadline, time.monotonic())
-            self._stop.wait(deadline - time.monotonic())
+            while not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._listen(min(left, 0.5))
+                self._tick()
         self.close()
+
+    def _tick(self) -> None:
+        if self.side is not None:
+            self.side.tick()
+
+    def _read(self, wait: float) -> list[tuple[bytes, tuple]]:
+        """Datagrams arriving within ``wait`` seconds (at least one wait)."""
+        socks = list(self._sockets.values())
+        if not socks:
+            # Stopped (announcing): wait() would not wait any more.
+            (time.sleep if self._stop.is_set() else self._stop.wait)(
+                max(0.0, wait))
+            return []
+        ready, _, _ = select.select(socks, [], [], max(0.0, wait))
+        out = []
+        for sock in ready:
+            while True:
+                try:
+                    out.append(sock.recvfrom(protocol.MAX_DATAGRAM + 1))
+                except OSError:
+                    break
+        return out
+
+    def _listen(self, wait: float) -> None:
+        """Take the answers arriving within ``wait`` seconds."""
+        for data, sender in self._read(wait):
+            try:
+                rep = protocol.decode(data, self.keyring.keys, replies=True)
+            except protocol.Rejected as exc:
+                LOG.debug('ignored a datagram from %s: %s', sender[0], exc)
+                continue
+            if rep.reply != protocol.ANSWER:
+                continue  # a late reply to an announcement
+            self._answer(rep, sender)
+
+    def _answer(self, rep: protocol.Heartbeat, sender: tuple) -> None:
+        """One signed answer: check it answers a recent heartbeat of ours."""
+        sent_at = self._sent.get(rep.sequence)
+        if (rep.host != self.host or rep.boot_id != self.boot_id
+                or sent_at is None):
+            LOG.debug('ignored an answer from %s: not to a recent heartbeat '
+                      'of this run', sender[0])
+            return
+        collector = tuple(sender[:2])
+        if collector not in self._v2:
+            self._v2.add(collector)
+            LOG.info('collector [%s]:%d answers: speaking protocol version '
+                     '2 to it', *collector)
+        if rep.answer.standdown:
+            if self.side is not None:
+                self.side.stood_down(collector, len(self._targets))
+            return
+        if rep.sequence in self._answered:
+            return  # the same answer again (two addresses, a copy)
+        self._answered.add(rep.sequence)
+        self.answers += 1
+        if self.side is not None:
+            self.side.answered(rep.sequence, sent_at, rep.answer, collector)
 
     def stop(self) -> None:
         self._stop.set()
@@ -219,33 +322,22 @@ class Agent:
         Only a reply signed with this host's key, for this boot id and
         one of the sequences sent, counts.
         """
-        socks = list(self._sockets.values())
-        if not socks:
-            time.sleep(max(0.0, wait))
-            return []
-        ready, _, _ = select.select(socks, [], [], max(0.0, wait))
         answers = []
-        for sock in ready:
-            while True:
-                try:
-                    data, sender = sock.recvfrom(protocol.MAX_DATAGRAM + 1)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    break
-                try:
-                    rep = protocol.decode(data, self.keyring.keys,
-                                          replies=True)
-                except protocol.Rejected as exc:
-                    LOG.warning('ignored a reply from %s: %s', sender[0],
-                                exc)
-                    continue
-                if (rep.host != self.host or rep.boot_id != self.boot_id
-                        or rep.sequence not in sent):
-                    LOG.warning('ignored a reply from %s: it answers '
-                                'another announcement', sender[0])
-                    continue
-                answers.append(rep.reply)
+        for data, sender in self._read(wait):
+            try:
+                rep = protocol.decode(data, self.keyring.keys, replies=True)
+            except protocol.Rejected as exc:
+                LOG.warning('ignored a reply from %s: %s', sender[0], exc)
+                continue
+            if rep.reply == protocol.ANSWER:
+                self._answer(rep, sender)
+                continue
+            if (rep.host != self.host or rep.boot_id != self.boot_id
+                    or rep.sequence not in sent):
+                LOG.warning('ignored a reply from %s: it answers '
+                            'another announcement', sender[0])
+                continue
+            answers.append(rep.reply)
         return answers
 
     def announce(self, kind: str, answer_timeout: float = 10.0,

@@ -1,0 +1,104 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The host's side: the real agent process and the real listener.
+
+The agent runs as ``instanceha-heartbeat-agent`` (a separate process);
+the listener is the service's, bound to loopback, answering as the
+leading copy does while the test says it leads. Isolation addresses are
+real TCP listeners on loopback the test closes to cut the "network".
+"""
+
+import socket
+
+from instanceha.heartbeat import protocol as p
+from tests.functional import test_heartbeat as base
+
+wait_for = base.wait_for
+
+
+class Leader:
+    """The answers of a leading copy; ``leading = False`` silences it."""
+
+    def __init__(self):
+        self.leading = True
+        self.policy = p.Policy()
+        self.pause = None
+
+    def __call__(self, host):
+        if not self.leading:
+            return None
+        return p.Answer(policy=self.policy, pause=self.pause)
+
+
+class HostSideFixture(base.HeartbeatFixture):
+
+    def setUp(self):
+        super().setUp()
+        self.leader = Leader()
+        self.lst = self.listener()
+        self.lst.answerer = self.leader
+
+    def gateway(self):
+        """A loopback 'isolation address': open until closed."""
+        srv = socket.socket()
+        srv.bind(('127.0.0.1', 0))
+        srv.listen(64)
+        self.addCleanup(srv.close)
+        return srv, 'tcp:127.0.0.1:%d' % srv.getsockname()[1]
+
+    def state(self, host='compute-1'):
+        rec = self.lst.record(host)
+        return rec.report.state if rec is not None and rec.report else None
+
+    def host_agent(self, *extra, host='compute-1', addresses=()):
+        args = ['--isolation-timeout', '1', '--probe-interval', '0.2']
+        for addr in addresses:
+            args += ['--isolation-address', addr]
+        return self.agent(host, self.lst.addresses, extra=args + list(extra))
+
+
+class TestIsolationDetection(HostSideFixture):
+
+    def test_connected_partitioned_isolated_and_back(self):
+        srv, gw = self.gateway()
+        self.host_agent(addresses=[gw])
+        wait_for(lambda: self.state() == p.CONNECTED, what='connected')
+        self.assertEqual(2, self.lst.record('compute-1').version)
+        # The service stops answering (heartbeats still arrive: answers
+        # lost one way); the gateway answers: partitioned.
+        self.leader.leading = False
+        wait_for(lambda: self.state() == p.PARTITIONED, what='partitioned')
+        srv.close()
+        wait_for(lambda: self.state() == p.ISOLATED, what='isolated')
+        self.leader.leading = True
+        wait_for(lambda: self.state() == p.CONNECTED, what='back')
+        wait_for(lambda: self.lst.stats().get('link_changes') == {
+            p.CONNECTED: 2, p.PARTITIONED: 1, p.ISOLATED: 1},
+            what='each change reported once')
+        self.assertIn('from partitioned to isolated', self.log.output)
+
+    def test_never_heard_the_service_judges_nothing(self):
+        self.leader.leading = False
+        self.host_agent(addresses=['tcp:127.0.0.1:1'])
+        wait_for(lambda: self.lst.record('compute-1'), what='heartbeats')
+        # Still version 1 (nobody answered) and no judgement at all.
+        self.assertEqual(1, self.lst.record('compute-1').version)
+        self.leader.leading = True
+        wait_for(lambda: self.state() == p.CONNECTED, what='connected')
+
+    def test_old_service_never_answering_keeps_version_1(self):
+        self.lst.answerer = None
+        proc = self.host_agent()
+        wait_for(lambda: self.lst.accepted >= 40, what='heartbeats')
+        self.assertEqual(1, self.lst.record('compute-1').version)
+        self.assertIsNone(proc.poll())
