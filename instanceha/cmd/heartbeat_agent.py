@@ -26,6 +26,7 @@ from instanceha.heartbeat import agent as agent_mod
 from instanceha.heartbeat import hostagent
 from instanceha.heartbeat import isolation
 from instanceha.heartbeat import keys
+from instanceha.heartbeat import response
 from instanceha import version
 
 PROG = 'instanceha-heartbeat-agent'
@@ -107,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
         '--probe-interval', type=float, default=5.0,
         help='Seconds between two rounds of asking the isolation addresses '
              'while the service is silent (default 5).')
+    group.add_argument(
+        '--libvirt-uri', default=None, metavar='URI',
+        help='libvirt connection the isolation response acts on through '
+             'virsh (default: virsh\'s own default, qemu:///system on a '
+             'compute host).')
+    group.add_argument(
+        '--virsh', default='virsh', metavar='COMMAND',
+        help='The virsh command (default: %(default)s).')
     parser.add_argument('--debug', action='store_true',
                         help='Log every heartbeat sent.')
     version.add_argument(parser)
@@ -129,7 +138,8 @@ def build_side(args: argparse.Namespace) -> hostagent.HostSide:
     addresses = [isolation.Address.parse(t) for t in texts]
     prober = isolation.Prober(addresses, args.probe_interval)
     monitor = isolation.LinkMonitor(args.isolation_timeout, prober)
-    return hostagent.HostSide(monitor)
+    hypervisor = response.Virsh(args.libvirt_uri, args.virsh)
+    return hostagent.HostSide(monitor, hypervisor)
 
 
 def main(argv: list[str] | None = None) -> int:

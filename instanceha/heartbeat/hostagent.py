@@ -22,7 +22,9 @@ module decides what they mean for the host:
   protected instances), cached: an isolated agent cannot ask for it;
 * the operator's pause, as the last answer told it, ending by itself
   on this host's clock when its time is up;
-* whether every copy of the service said it stops (a clean stop).
+* whether every copy of the service said it stops (a clean stop);
+* the isolation response (:mod:`instanceha.heartbeat.response`), once
+  per isolation episode, never while instance HA is paused.
 
 Times are the agent's monotonic clock. What an answer says is dated at
 the moment the heartbeat it answers was sent, never later.
@@ -35,6 +37,7 @@ import time
 
 from instanceha.heartbeat import isolation
 from instanceha.heartbeat import protocol
+from instanceha.heartbeat import response as response_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -43,13 +46,19 @@ class HostSide:
     """Everything the agent does for the host besides sending heartbeats.
 
     :param monitor: the link state machine.
+    :param hypervisor: applies the isolation response (None: never).
     :param clock: monotonic clock.
     """
 
     def __init__(self, monitor: isolation.LinkMonitor,
+                 hypervisor: response_mod.Virsh | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.monitor = monitor
+        self.hypervisor = hypervisor
         self._clock = clock
+        #: The current isolation episode's response (None: none).
+        self.response: response_mod.Response | None = None
+        self._was_isolated = False
         #: The isolation policy last sent by the service (None: none yet).
         self.policy: protocol.Policy | None = None
         #: The pause ends at this monotonic time (inf: until resumed);
@@ -114,7 +123,35 @@ class HostSide:
 
     def tick(self) -> None:
         """Look again (after every beat and every batch of answers)."""
-        self.monitor.evaluate()
+        isolated = self.monitor.evaluate() == protocol.ISOLATED
+        if isolated and not self._was_isolated:
+            self._respond()
+        self._was_isolated = isolated
+
+    def _respond(self) -> None:
+        """A new isolation episode: apply the cached response."""
+        pol = self.policy
+        if pol is None or pol.response == protocol.RESPONSE_NONE:
+            LOG.warning('host isolated; isolation response: none%s',
+                        '' if pol else ' (no policy from the service yet)')
+            return
+        if self.paused:
+            LOG.warning('host isolated; instance HA is paused: no '
+                        'isolation response')
+            return
+        if self.hypervisor is None:
+            LOG.error('host isolated; isolation response %s, but no '
+                      'hypervisor to apply it', pol.response)
+            return
+        running = self.response
+        if running is not None and running.thread is not None and (
+                running.thread.is_alive()):
+            return
+        self.response = response_mod.Response(
+            self.hypervisor, pol,
+            lambda: self.monitor.state == protocol.ISOLATED,
+            clock=self._clock)
+        self.response.start()
 
     def close(self) -> None:
         self.monitor.prober.stop()

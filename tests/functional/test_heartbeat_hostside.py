@@ -18,6 +18,7 @@ leading copy does while the test says it leads. Isolation addresses are
 real TCP listeners on loopback the test closes to cut the "network".
 """
 
+import os
 import socket
 
 from instanceha.heartbeat import protocol as p
@@ -102,3 +103,70 @@ class TestIsolationDetection(HostSideFixture):
         wait_for(lambda: self.lst.accepted >= 40, what='heartbeats')
         self.assertEqual(1, self.lst.record('compute-1').version)
         self.assertIsNone(proc.poll())
+
+
+G1 = '11111111-2222-3333-4444-000000000001'
+G2 = '11111111-2222-3333-4444-000000000002'
+
+
+class TestIsolationResponse(HostSideFixture):
+    """The response applied by the agent through a real libvirtd."""
+
+    def setUp(self):
+        super().setUp()
+        from tests.functional import peers
+        self.lv = self.useFixture(peers.LibvirtPeer())
+        self.lv.add_guest('protected', G1)
+        self.lv.add_guest('opted-out', G2)
+
+    def cut_off(self, response, gateway_too=True, wait=0):
+        srv, gw = self.gateway()
+        self.leader.policy = p.Policy(response, wait, (G1,))
+        self.host_agent('--libvirt-uri', self.lv.uri, addresses=[gw])
+        wait_for(lambda: self.state() == p.CONNECTED, what='connected')
+        # The policy reached the agent: its heartbeats name its digest.
+        wait_for(lambda: self.lst.record('compute-1').report.policy_digest
+                 == self.leader.policy.digest(), what='policy cached')
+        self.leader.leading = False
+        if gateway_too:
+            srv.close()
+            wait_for(lambda: self.state() == p.ISOLATED, what='isolated')
+        else:
+            wait_for(lambda: self.state() == p.PARTITIONED,
+                     what='partitioned')
+
+    def test_poweroff_reaches_protected_guests_only(self):
+        self.cut_off(p.RESPONSE_POWEROFF)
+        wait_for(lambda: self.lv.state('protected') == 'shut off',
+                 what='protected guest powered off')
+        self.assertEqual('running', self.lv.state('opted-out'))
+        # The isolation ends: nothing is started again by the agent.
+        self.leader.leading = True
+        wait_for(lambda: self.state() == p.CONNECTED, what='back')
+        self.assertEqual('shut off', self.lv.state('protected'))
+
+    def test_shutdown_response(self):
+        self.cut_off(p.RESPONSE_SHUTDOWN, wait=5)
+        wait_for(lambda: self.lv.state('protected') == 'shut off',
+                 what='protected guest shut down')
+        self.assertEqual('running', self.lv.state('opted-out'))
+
+    def test_partitioned_host_keeps_its_guests(self):
+        self.cut_off(p.RESPONSE_POWEROFF, gateway_too=False)
+        # Several probe rounds later, still partitioned and untouched.
+        seq = self.lst.record('compute-1').sequence
+        wait_for(lambda: self.lst.record('compute-1').sequence > seq + 40,
+                 what='more heartbeats')
+        self.assertEqual(p.PARTITIONED, self.state())
+        self.assertEqual('running', self.lv.state('protected'))
+
+    def test_no_response_while_paused(self):
+        self.leader.pause = 3600.0
+        self.cut_off(p.RESPONSE_POWEROFF)
+        seq = self.lst.record('compute-1').sequence
+        wait_for(lambda: self.lst.record('compute-1').sequence > seq + 20,
+                 what='more heartbeats')
+        self.assertEqual('running', self.lv.state('protected'))
+        with open(os.path.join(self.dir, 'agent-compute-1.log')) as f:
+            self.assertIn('instance HA is paused: no isolation response',
+                          f.read())

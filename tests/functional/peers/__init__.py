@@ -19,6 +19,7 @@ nova or keystone: the heavy parts run in helper subprocesses.
 from tests.functional.peers.base import PeerError  # noqa: F401
 from tests.functional.peers.ipmi_peer import IpmiBmcPeer  # noqa: F401
 from tests.functional.peers.keystone_peer import KeystonePeer  # noqa: F401
+from tests.functional.peers.libvirt_peer import LibvirtPeer  # noqa: F401
 from tests.functional.peers.nova_peer import NovaPeer  # noqa: F401
 from tests.functional.peers.rabbitmq_peer import RabbitPeer  # noqa: F401
 from tests.functional.peers.redfish_peer import RedfishPeer  # noqa: F401
