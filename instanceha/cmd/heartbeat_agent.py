@@ -27,6 +27,7 @@ from instanceha.heartbeat import hostagent
 from instanceha.heartbeat import isolation
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import response
+from instanceha.heartbeat import watchdog
 from instanceha import version
 
 PROG = 'instanceha-heartbeat-agent'
@@ -116,6 +117,30 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         '--virsh', default='virsh', metavar='COMMAND',
         help='The virsh command (default: %(default)s).')
+    group = parser.add_argument_group(
+        'watchdog self-fencing', 'Opt-in: with --watchdog-device the agent '
+        'arms the watchdog while this host runs instances instanceha '
+        'protects and feeds it only while it hears the service: cut off '
+        'for --watchdog-deadline seconds, the host resets. Released while '
+        'instance HA is paused. See doc/host-side.md.')
+    group.add_argument(
+        '--watchdog-device', default=None, metavar='PATH',
+        help='The watchdog device, e.g. /dev/watchdog (hardware or the '
+             'softdog module). Unset (default): no watchdog.')
+    group.add_argument(
+        '--watchdog-timeout', type=float, default=30.0,
+        help='The device\'s timeout: seconds from the last feed to the '
+             'reset (default 30).')
+    group.add_argument(
+        '--watchdog-deadline', type=float, default=120.0,
+        help='Seconds after the heartbeat whose answer it last heard by '
+             'which this host has reset (default 120): it is fed for '
+             'deadline - timeout seconds after that heartbeat. Must exceed '
+             'a leader election of the service and a network failover.')
+    group.add_argument(
+        '--watchdog-grace', type=float, default=watchdog.DEFAULT_GRACE,
+        help='Seconds without protected instances before the watchdog is '
+             'released (default %(default)s).')
     parser.add_argument('--debug', action='store_true',
                         help='Log every heartbeat sent.')
     version.add_argument(parser)
@@ -139,7 +164,16 @@ def build_side(args: argparse.Namespace) -> hostagent.HostSide:
     prober = isolation.Prober(addresses, args.probe_interval)
     monitor = isolation.LinkMonitor(args.isolation_timeout, prober)
     hypervisor = response.Virsh(args.libvirt_uri, args.virsh)
-    return hostagent.HostSide(monitor, hypervisor)
+    dog = None
+    if args.watchdog_device:
+        if args.watchdog_deadline < args.watchdog_timeout + 2 * args.interval:
+            raise ValueError('--watchdog-deadline %s: must exceed '
+                             '--watchdog-timeout by two --interval at least'
+                             % args.watchdog_deadline)
+        dog = watchdog.Watchdog(
+            watchdog.Device(args.watchdog_device, args.watchdog_timeout),
+            args.watchdog_deadline, args.watchdog_grace)
+    return hostagent.HostSide(monitor, hypervisor, dog)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                       for c in args.collector]
     except ValueError as exc:
         parser.error('--collector: %s' % exc)
-    for name in ('isolation_timeout', 'probe_interval'):
+    for name in ('isolation_timeout', 'probe_interval', 'watchdog_timeout',
+                 'watchdog_deadline', 'watchdog_grace'):
         if not 0.01 <= getattr(args, name) <= 86400:
             parser.error('--%s %s: must be between 0.01 and 86400 seconds'
                          % (name.replace('_', '-'), getattr(args, name)))
@@ -185,14 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, terminate)
     try:
         agent.run(count=args.count)
+        # The watchdog first: released only once the service knows.
+        agent.release(args.answer_timeout)
+        if stopped and args.announce != 'never':
+            kind = (agent_mod.shutdown_kind(args.shutdown_jobs_command)
+                    if args.announce == 'auto' else args.announce)
+            if kind:
+                agent.announce(kind, answer_timeout=args.answer_timeout,
+                               drain_timeout=args.drain_timeout)
     finally:
         side.close()
-    if stopped and args.announce != 'never':
-        kind = (agent_mod.shutdown_kind(args.shutdown_jobs_command)
-                if args.announce == 'auto' else args.announce)
-        if kind:
-            agent.announce(kind, answer_timeout=args.answer_timeout,
-                           drain_timeout=args.drain_timeout)
     return 0
 
 

@@ -316,6 +316,26 @@ class Agent:
     def stop(self) -> None:
         self._stop.set()
 
+    def release(self, answer_timeout: float = 10.0) -> bool:
+        """Before exiting: release the watchdog once the service knows.
+
+        Heartbeats saying "releasing" are sent every second until an
+        answer to one of them arrives (the host side then disarms) or
+        ``answer_timeout`` passes (it stays armed: see the host side).
+
+        :returns: whether the watchdog is released (or was not armed).
+        """
+        side = self.side
+        if side is None or not side.releasing():
+            return True
+        deadline = time.monotonic() + answer_timeout
+        while not side.released and time.monotonic() < deadline:
+            self.beat()
+            end = min(deadline, time.monotonic() + ANNOUNCE_REPEAT)
+            while not side.released and time.monotonic() < end:
+                self._listen(end - time.monotonic())
+        return side.released
+
     def _replies(self, sent: set[int], wait: float) -> list[str]:
         """Answers to the announcements ``sent`` arriving within ``wait``.
 

@@ -24,7 +24,8 @@ module decides what they mean for the host:
   on this host's clock when its time is up;
 * whether every copy of the service said it stops (a clean stop);
 * the isolation response (:mod:`instanceha.heartbeat.response`), once
-  per isolation episode, never while instance HA is paused.
+  per isolation episode, never while instance HA is paused;
+* the watchdog (:mod:`instanceha.heartbeat.watchdog`), opt-in.
 
 Times are the agent's monotonic clock. What an answer says is dated at
 the moment the heartbeat it answers was sent, never later.
@@ -38,6 +39,7 @@ import time
 from instanceha.heartbeat import isolation
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import response as response_mod
+from instanceha.heartbeat import watchdog as watchdog_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -47,14 +49,17 @@ class HostSide:
 
     :param monitor: the link state machine.
     :param hypervisor: applies the isolation response (None: never).
+    :param watchdog: self-fencing (None: not configured).
     :param clock: monotonic clock.
     """
 
     def __init__(self, monitor: isolation.LinkMonitor,
                  hypervisor: response_mod.Virsh | None = None,
+                 watchdog: watchdog_mod.Watchdog | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.monitor = monitor
         self.hypervisor = hypervisor
+        self.watchdog = watchdog
         self._clock = clock
         #: The current isolation episode's response (None: none).
         self.response: response_mod.Response | None = None
@@ -75,6 +80,8 @@ class HostSide:
         """A valid answer to heartbeat ``sequence``, sent at ``sent_at``."""
         self.monitor.heard(sent_at)
         self.monitor.acknowledged(sequence)
+        if self.watchdog is not None:
+            self.watchdog.acknowledged(sequence)
         self._stood_down.discard(collector)
         if answer.policy is not None and answer.policy != self.policy:
             self.policy = answer.policy
@@ -116,8 +123,11 @@ class HostSide:
     def report(self, sequence: int) -> protocol.Report:
         """The report heartbeat ``sequence`` carries."""
         mon = self.monitor
+        wd, deadline = (self.watchdog.report(sequence) if self.watchdog
+                        else (protocol.WD_OFF, 0.0))
         return protocol.Report(
-            state=mon.state, changes=mon.changes,
+            state=mon.state, changes=mon.changes, watchdog=wd,
+            deadline=deadline,
             policy_digest=self.policy.digest() if self.policy else b'',
             pending=mon.pending(sequence))
 
@@ -127,6 +137,25 @@ class HostSide:
         if isolated and not self._was_isolated:
             self._respond()
         self._was_isolated = isolated
+        if self.watchdog is not None:
+            self.watchdog.step(
+                self.monitor.heard_at,
+                bool(self.policy and self.policy.protected), self.paused,
+                self.service_stopped)
+
+    def releasing(self) -> bool:
+        """Ask for the watchdog's release (the agent stops).
+
+        :returns: whether an answer must acknowledge it first.
+        """
+        if self.watchdog is None or not self.watchdog.device.armed:
+            return False
+        self.watchdog.release()
+        return True
+
+    @property
+    def released(self) -> bool:
+        return self.watchdog is None or not self.watchdog.device.armed
 
     def _respond(self) -> None:
         """A new isolation episode: apply the cached response."""
@@ -155,3 +184,5 @@ class HostSide:
 
     def close(self) -> None:
         self.monitor.prober.stop()
+        if self.watchdog is not None:
+            self.watchdog.close()

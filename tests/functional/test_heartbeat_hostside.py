@@ -19,7 +19,10 @@ real TCP listeners on loopback the test closes to cut the "network".
 """
 
 import os
+import select
 import socket
+import threading
+import time
 
 from instanceha.heartbeat import protocol as p
 from tests.functional import test_heartbeat as base
@@ -170,3 +173,172 @@ class TestIsolationResponse(HostSideFixture):
         with open(os.path.join(self.dir, 'agent-compute-1.log')) as f:
             self.assertIn('instance HA is paused: no isolation response',
                           f.read())
+
+
+class Relay:
+    """A UDP path between the agent and the listener the test can cut.
+
+    Cutting it cuts both ways while the listener keeps leading: the
+    service side still believes what it last heard, as it would when the
+    host's link fails.
+    """
+
+    def __init__(self, target):
+        self.target = target
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(('127.0.0.1', 0))
+        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.back.bind(('127.0.0.1', 0))
+        self.connected = True
+        self.agent = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self):
+        return self.front.getsockname()
+
+    def _run(self):
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.front, self.back], [], [], 0.1)
+            for sock in ready:
+                try:
+                    data, sender = sock.recvfrom(70000)
+                except OSError:
+                    continue
+                if not self.connected:
+                    continue
+                if sock is self.front:
+                    self.agent = sender
+                    self.back.sendto(data, self.target)
+                elif self.agent is not None:
+                    self.front.sendto(data, self.agent)
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(5)
+        self.front.close()
+        self.back.close()
+
+
+class TestWatchdog(HostSideFixture):
+    """The agent's watchdog on the stand-in device (see WatchdogPeer)."""
+
+    TIMEOUT = 1.0
+    DEADLINE = 3.0
+
+    def setUp(self):
+        super().setUp()
+        from tests.functional import peers
+        self.dog = self.useFixture(peers.WatchdogPeer(self.TIMEOUT))
+        self.relay = Relay(self.lst.addresses[0])
+        self.addCleanup(self.relay.close)
+        self.leader.policy = p.Policy(p.RESPONSE_NONE, 0, (G1,))
+
+    def start(self, *extra):
+        args = ['--isolation-timeout', '1', '--probe-interval', '0.2',
+                '--watchdog-device', self.dog.path,
+                '--watchdog-timeout', str(self.TIMEOUT),
+                '--watchdog-deadline', str(self.DEADLINE), *extra]
+        proc = self.agent('compute-1', [self.relay.address], extra=args)
+        self.dog.host_pids(proc.pid)
+        return proc
+
+    def report(self):
+        rec = self.lst.record('compute-1')
+        return rec.report if rec is not None else None
+
+    def armed(self):
+        wait_for(lambda: 'armed' in self.dog.events(), what='armed')
+        wait_for(lambda: self.lst.watchdog('compute-1') is not None
+                 and self.lst.watchdog('compute-1').current,
+                 what='armed announced')
+
+    def test_cut_off_host_resets_within_the_announced_deadline(self):
+        proc = self.start()
+        self.armed()
+        self.assertEqual(self.DEADLINE, self.report().deadline)
+        self.relay.connected = False
+        cut = self.lst.now()
+        wait_for(lambda: 'reset' in self.dog.events(), what='reset')
+        reset = self.lst.now()
+        view = self.lst.watchdog('compute-1')
+        # The service may count the host reset from reset_by on: the
+        # stand-in reset it before (and not long before being told).
+        self.assertTrue(view.current)
+        self.assertLessEqual(reset, view.reset_by)
+        self.assertGreater(reset - cut, self.TIMEOUT)
+        self.assertEqual(-9, proc.wait(5))
+
+    def test_idle_host_releases_after_the_grace(self):
+        self.start('--watchdog-grace', '0.5')
+        self.armed()
+        self.leader.policy = p.Policy()
+        wait_for(lambda: self.dog.events()[-1:] == ['disarmed'],
+                 what='released')
+        wait_for(lambda: self.report().watchdog == p.WD_IDLE, what='idle')
+        self.assertFalse(self.lst.watchdog('compute-1').current)
+        # Still alive well after the device's timeout: no reset.
+        seq = self.lst.record('compute-1').sequence
+        wait_for(lambda: self.lst.record('compute-1').sequence > seq + 40,
+                 what='more heartbeats')
+        self.assertNotIn('reset', self.dog.events())
+
+    def test_pause_releases_and_resume_rearms(self):
+        self.start()
+        self.armed()
+        self.leader.pause = 600.0
+        wait_for(lambda: self.dog.events()[-1:] == ['disarmed'],
+                 what='released for the pause')
+        wait_for(lambda: self.report().watchdog == p.WD_PAUSED,
+                 what='paused reported')
+        # Cut off during the pause: nothing resets.
+        self.relay.connected = False
+        time.sleep(self.DEADLINE + self.TIMEOUT)
+        self.assertNotIn('reset', self.dog.events())
+        self.relay.connected = True
+        self.leader.pause = None
+        wait_for(lambda: self.dog.events().count('armed') == 2,
+                 what='re-armed at the resume')
+        wait_for(lambda: self.lst.watchdog('compute-1').current,
+                 what='armed announced again')
+
+    def test_clean_stop_releases_once_acknowledged(self):
+        proc = self.start()
+        self.armed()
+        self.assertEqual(0, self.stop(proc))
+        self.assertEqual(['armed', 'disarmed'], self.dog.events())
+        self.assertEqual(p.WD_RELEASING, self.report().watchdog)
+        self.assertFalse(self.lst.watchdog('compute-1').current)
+
+    def test_clean_stop_unacknowledged_leaves_it_armed(self):
+        proc = self.start('--answer-timeout', '0.5')
+        self.armed()
+        self.relay.connected = False
+        self.assertEqual(0, self.stop(proc))
+        wait_for(lambda: 'reset' in self.dog.events(), what='reset')
+        self.assertEqual(['armed', 'closed', 'reset'], self.dog.events())
+
+    def test_killed_agent_does_not_disarm(self):
+        proc = self.start()
+        self.armed()
+        proc.kill()
+        wait_for(lambda: 'reset' in self.dog.events(), what='reset')
+        self.assertEqual(['armed', 'closed', 'reset'], self.dog.events())
+
+    def test_every_copy_stopping_cleanly_resets_nobody(self):
+        self.start()
+        self.armed()
+        self.leader.leading = False
+        self.lst.stand_down()
+        wait_for(lambda: self.dog.events()[-1:] == ['disarmed'],
+                 what='released: the service stopped')
+        wait_for(lambda: self.report().watchdog == p.WD_STANDDOWN,
+                 what='standdown reported')
+        time.sleep(self.DEADLINE + self.TIMEOUT)
+        self.assertNotIn('reset', self.dog.events())
+        # The service is back: it arms again.
+        self.leader.leading = True
+        wait_for(lambda: self.dog.events().count('armed') == 2,
+                 what='re-armed')

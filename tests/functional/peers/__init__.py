@@ -25,3 +25,4 @@ from tests.functional.peers.rabbitmq_peer import RabbitPeer  # noqa: F401
 from tests.functional.peers.redfish_peer import RedfishPeer  # noqa: F401
 from tests.functional.peers.tooz_backends import EtcdPeer  # noqa: F401
 from tests.functional.peers.tooz_backends import RedisPeer  # noqa: F401
+from tests.functional.peers.watchdog_peer import WatchdogPeer  # noqa: F401
