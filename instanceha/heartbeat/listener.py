@@ -261,11 +261,13 @@ class HeartbeatListener:
         """When this copy last sent ``host`` an answer (monotonic)."""
         return self._answered.get(host)
 
-    def watchdog(self, host: str) -> WatchdogView | None:
+    def watchdog(self, host: str,
+                 min_deadline: float = 0.0) -> WatchdogView | None:
         """The host's watchdog as this copy may count on it.
 
         None: the host never announced one. ``current`` only when the
-        host's latest heartbeat says armed (not releasing), it arrived
+        host's latest heartbeat says armed (not releasing) with a
+        deadline of at least ``min_deadline`` seconds, it arrived
         while this copy led and after this copy last told the host
         instance HA is paused (an agent released its watchdog then; only
         a later heartbeat says it armed again), and this copy has
@@ -280,7 +282,9 @@ class HeartbeatListener:
         since = self.leading_since
         released = self._released.get(host)
         current = bool(report.watchdog == protocol.WD_ARMED
-                       and report.deadline > 0 and since is not None
+                       and report.deadline > 0
+                       and report.deadline >= min_deadline
+                       and since is not None
                        and rec.received >= since and last is not None
                        and last >= since
                        and (released is None or rec.received > released))

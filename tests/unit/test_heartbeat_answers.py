@@ -126,6 +126,8 @@ class TestAnswers(testtools.TestCase):
                                            deadline=60.0)))
         view = self.lst.watchdog('h1')
         self.assertEqual((True, 105.0 + 60.0), (view.current, view.reset_by))
+        # A deadline shorter than the service accepts is not counted on.
+        self.assertFalse(self.lst.watchdog('h1', min_deadline=61).current)
 
     def test_watchdog_not_current_when_releasing_or_not_leading(self):
         self.send(self.agent.beat(p.Report(watchdog=p.WD_RELEASING,
