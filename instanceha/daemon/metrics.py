@@ -267,10 +267,23 @@ def listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
         'instanceha_listener_announcements',
         'Clean shutdowns announced by compute hosts\' heartbeat agents, '
         'by kind (reboot, poweroff).', labels=['listener', 'kind'])
+    answers = prom_core.CounterMetricFamily(
+        'instanceha_listener_answers',
+        'Answers the leading copy sent to heartbeat agents.',
+        labels=['listener'])
+    links = prom_core.CounterMetricFamily(
+        'instanceha_host_link_changes',
+        'Changes of an agent\'s link to the service it reported, by new '
+        'state (connected, partitioned, isolated, unknown).',
+        labels=['listener', 'state'])
     for drv in listeners:
         stats = drv.stats()
         if not stats:
             continue
+        if 'answers' in stats:
+            answers.add_metric([drv.name], stats['answers'])
+        for state, count in sorted(stats.get('link_changes', {}).items()):
+            links.add_metric([drv.name, state], count)
         packets.add_metric([drv.name, 'accepted', ''],
                            stats.get('accepted', 0))
         for reason, count in sorted(stats.get('rejected', {}).items()):
@@ -281,3 +294,5 @@ def listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:
     yield packets
     yield hosts
     yield announced
+    yield answers
+    yield links

@@ -75,7 +75,8 @@ class FakeListenerDetector:
 
     def stats(self):
         return {'accepted': 7, 'rejected': {'bad_hmac': 2, 'replay': 1},
-                'hosts': 3}
+                'hosts': 3, 'answers': 5,
+                'link_changes': {'isolated': 1, 'connected': 2}}
 
 
 class FakeEngine:
@@ -374,6 +375,11 @@ class MonitorTest(testtools.TestCase):
             result='rejected', reason='bad_hmac'))
         self.assertEqual(3.0, self.value('instanceha_listener_hosts',
                                          listener='heartbeat'))
+        self.assertEqual(5.0, self.value('instanceha_listener_answers_total',
+                                         listener='heartbeat'))
+        self.assertEqual(1.0, self.value(
+            'instanceha_host_link_changes_total', listener='heartbeat',
+            state='isolated'))
 
 
 class ServerTest(testtools.TestCase):
