@@ -13,7 +13,8 @@
 """What runs the service: the production wiring and what lives beside it.
 
 The composition root (:mod:`.service`), health and metrics over HTTP, the
-configuration checks start-up shares with ``config validate``, live reload
-and the shutdown policy's side effects. The simulator reuses some of these
+configuration checks start-up shares with ``config validate``, live reload,
+the shutdown policy's side effects and what the leading copy answers the
+heartbeat agents (:mod:`.hostside`). The simulator reuses some of these
 pieces; the engine imports none of them.
 """

@@ -164,7 +164,7 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
         built.shutdown = shutdown.ShutdownHandler(conf, engine, heartbeat)
         built.observers.append(built.shutdown)
         # Answers to the agents: isolation policy, pause (the host's side).
-        from instanceha import hostside
+        from instanceha.daemon import hostside
         built.hostside = hostside.HostSide(conf, engine, heartbeat)
         built.observers.append(built.hostside)
     return built

@@ -198,13 +198,28 @@ def policy_of(conf, snapshot: model.Snapshot | None,
     """(policy, where it comes from) for ``host``.
 
     An aggregate's metadata ``[shutdown] aggregate_key`` overrides
-    ``[shutdown] policy``. A value that is not a policy is ignored with a
-    warning naming the aggregate; aggregates that disagree leave the
-    configured policy in force (with a warning), since no order between
-    them says which one an operator meant.
+    ``[shutdown] policy`` (see :func:`aggregate_choice`).
     """
     group = conf.shutdown
-    key = group.aggregate_key
+    return aggregate_choice(snapshot, host, group.aggregate_key, POLICIES,
+                            group.policy, ('a shutdown policy',
+                                           'shutdown policies',
+                                           '[shutdown] policy'))
+
+
+def aggregate_choice(snapshot: model.Snapshot | None, host: str, key: str,
+                     choices: tuple[str, ...], default: str,
+                     names: tuple[str, str, str]) -> tuple[str, str]:
+    """(value, where it comes from): a host's aggregates over an option.
+
+    The metadata ``key`` of the host's aggregates overrides ``default``.
+    A value that is not one of ``choices`` is ignored with a warning
+    naming the aggregate; aggregates that disagree leave ``default`` in
+    force (with a warning), since no order between them says which one
+    an operator meant. ``names``: what a value is called (singular with
+    its article, plural) and the option giving ``default``.
+    """
+    what, whats, option = names
     found: dict[str, str] = {}
     aggs = snapshot.aggregates_of(host) if snapshot is not None else ()
     for agg in sorted(aggs, key=lambda a: a.name):
@@ -212,21 +227,21 @@ def policy_of(conf, snapshot: model.Snapshot | None,
         if value is None:
             continue
         value = value.strip().lower()
-        if value not in POLICIES:
-            LOG.warning('aggregate %s: metadata %s=%r is not a shutdown '
-                        'policy (%s); ignored for host %s', agg.name, key,
-                        agg.metadata[key], ', '.join(POLICIES), host)
+        if value not in choices:
+            LOG.warning('aggregate %s: metadata %s=%r is not %s (%s); '
+                        'ignored for host %s', agg.name, key,
+                        agg.metadata[key], what, ', '.join(choices), host)
             continue
         found[agg.name] = value
     if len(set(found.values())) == 1:
         name = sorted(found)[0]
         return found[name], 'aggregate %s' % name
     if found:
-        LOG.warning('host %s: its aggregates set different shutdown '
-                    'policies (%s); using [shutdown] policy = %s', host,
+        LOG.warning('host %s: its aggregates set different %s (%s); using '
+                    '%s = %s', host, whats,
                     ', '.join('%s=%s' % kv for kv in sorted(found.items())),
-                    group.policy)
-    return group.policy, '[shutdown] policy'
+                    option, default)
+    return default, option
 
 
 class AnnouncedFencer(ports.Fencer):

@@ -181,7 +181,7 @@ class TestHostSide(testtools.TestCase):
         self.clock = Clock()
         self.mon = isolation.LinkMonitor(30.0, FakeProber(self.clock),
                                          self.clock)
-        self.side = hostagent.HostSide(self.mon, self.clock)
+        self.side = hostagent.HostSide(self.mon, clock=self.clock)
 
     def test_policy_cached_and_reported_by_digest(self):
         pol = p.Policy(p.RESPONSE_POWEROFF, 5, ('a',))
@@ -225,7 +225,7 @@ class TestAgentTakesAnswers(testtools.TestCase):
         self.clock = Clock()
         self.mon = isolation.LinkMonitor(30.0, FakeProber(self.clock),
                                          self.clock)
-        self.side = hostagent.HostSide(self.mon, self.clock)
+        self.side = hostagent.HostSide(self.mon, clock=self.clock)
         self.agent = agent_mod.Agent('h1', keys.KeyRing(path), [], 1.0,
                                      side=self.side)
 

@@ -20,11 +20,11 @@ import fixtures
 import testtools
 
 from instanceha.conf import heartbeat as conf_hb
+from instanceha.daemon import hostside
+from instanceha.daemon import preflight
 from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
 from instanceha.heartbeat import protocol as p
-from instanceha import hostside
-from instanceha import preflight
 from tests import conf_fixture
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)

@@ -46,9 +46,17 @@ class WatchdogPeer(base.Peer):
         with open(self._pids, 'w') as f:
             f.write(' '.join(str(p) for p in pids))
 
-    def events(self):
+    def _read(self):
         try:
             with open(self._events) as f:
-                return [json.loads(line)['event'] for line in f]
+                return [json.loads(line) for line in f]
         except FileNotFoundError:
             return []
+
+    def events(self):
+        """armed, disarmed, closed (no magic), reset: in order."""
+        return [e['event'] for e in self._read()]
+
+    def event_times(self, name):
+        """When each ``name`` event happened (wall clock)."""
+        return [e['at'] for e in self._read() if e['event'] == name]

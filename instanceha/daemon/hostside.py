@@ -35,6 +35,7 @@ import math
 import threading
 
 from instanceha.engine import decide
+from instanceha.engine import shutdown
 from instanceha.heartbeat import protocol
 
 LOG = logging.getLogger(__name__)
@@ -44,33 +45,15 @@ def response_of(conf, snapshot, host: str) -> tuple[str, str]:
     """(isolation response, where it comes from) for ``host``.
 
     An aggregate's metadata ``[heartbeat] isolation_response_key`` wins
-    over ``[heartbeat] isolation_response``; aggregates that disagree, or
-    a value that is no response, leave the configured one (logged).
+    over ``[heartbeat] isolation_response`` (the same rule as the
+    shutdown policy's aggregate override).
     """
     group = conf.heartbeat
-    key = group.isolation_response_key
-    found: dict[str, str] = {}
-    for agg in sorted(snapshot.aggregates_of(host) if snapshot else (),
-                      key=lambda a: a.name):
-        value = agg.metadata.get(key)
-        if value is None:
-            continue
-        value = value.strip().lower()
-        if value not in protocol.RESPONSES:
-            LOG.warning('aggregate %s: metadata %s=%r is not an isolation '
-                        'response (%s); ignored', agg.name, key,
-                        agg.metadata[key], ', '.join(protocol.RESPONSES))
-            continue
-        found[agg.name] = value
-    if len(set(found.values())) == 1:
-        name = sorted(found)[0]
-        return found[name], 'aggregate %s' % name
-    if found:
-        LOG.warning('host %s: its aggregates set different isolation '
-                    'responses (%s); using [heartbeat] isolation_response',
-                    host, ', '.join('%s=%s' % kv for kv in
-                                    sorted(found.items())))
-    return group.isolation_response, '[heartbeat] isolation_response'
+    return shutdown.aggregate_choice(
+        snapshot, host, group.isolation_response_key, protocol.RESPONSES,
+        group.isolation_response, ('an isolation response',
+                                   'isolation responses',
+                                   '[heartbeat] isolation_response'))
 
 
 class HostSide:
