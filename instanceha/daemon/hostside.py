@@ -20,7 +20,8 @@ content, after every tick of the engine, from what the tick read:
   isolation_response``, overridden by the aggregate metadata
   ``isolation_response_key``) and the instances it applies to, those
   instanceha would recover (the same filters as evacuation: an instance
-  excluded from recovery gets no isolation response either);
+  excluded from recovery gets no isolation response either), whether or
+  not the host is in scope right now (maintenance keeps them protected);
 * the operator's pause, with what is left of it: agents release their
   watchdogs for the pause window.
 
@@ -105,7 +106,12 @@ class HostSide:
         snapshot = self.engine.snapshot
         if snapshot is None:
             return
-        filters = self.engine.drivers.filters
+        # Scope filters (an operator's maintenance, a migrate drain, a
+        # frozen shutdown) say whether the host is recovered *now*, not
+        # whether its instances are protected: the watchdog stays armed
+        # and the response applies through them.
+        filters = [f for f in self.engine.drivers.filters
+                   if not f.out_of_scope]
         wait = self.conf.heartbeat.isolation_shutdown_wait
         policies = {}
         for svc in snapshot.services:

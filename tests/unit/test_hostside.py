@@ -44,6 +44,19 @@ class SkipTagged:
         return 'tagged' if server.metadata.get('skip') else None
 
 
+class InMaintenance:
+    """A scope filter: 'h2' is out of scope (an operator disabled it)."""
+
+    any_of = None
+    out_of_scope = True
+
+    def host_reason(self, host, snapshot):
+        return 'disabled by an operator' if host == 'h2' else None
+
+    def instance_reason(self, server, snapshot):
+        return None
+
+
 def server(sid, host, **md):
     return model.Server(id=sid, name=sid, host=host, status='ACTIVE',
                         flavor=model.Flavor(name='f'), metadata=md)
@@ -58,7 +71,7 @@ class TestHostSide(testtools.TestCase):
         self.leader = True
         self.engine = types.SimpleNamespace(
             snapshot=None, drivers=types.SimpleNamespace(
-                filters=[SkipTagged()]),
+                filters=[SkipTagged(), InMaintenance()]),
             pause=types.SimpleNamespace(active=None),
             env=types.SimpleNamespace(
                 coordinator=types.SimpleNamespace(
@@ -85,6 +98,10 @@ class TestHostSide(testtools.TestCase):
                          self.side.policy('h1'))
         self.assertEqual((), self.side.policy('skipped').protected)
         self.assertEqual((), self.side.policy('h2').protected)
+
+    def test_maintenance_keeps_instances_protected(self):
+        self.take([server('m', 'h2')])
+        self.assertEqual(('m',), self.side.policy('h2').protected)
 
     def test_response_from_option_and_aggregate(self):
         self.conf.set_override('isolation_response', 'shutdown', 'heartbeat')
