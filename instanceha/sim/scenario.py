@@ -128,6 +128,13 @@ COMMANDS = {
                 'off|on HOST --yes": refused while Nova\'s marker shows the '
                 'host in a recovery, else through the host\'s fencing '
                 'levels'),
+    'hosts': ('clear HOST [enable]', 'an operator runs "instanceha-manage '
+              'hosts clear HOST" (enable: --enable): a host marked failed '
+              'or left disabled is handed back'),
+    'instances': ('clear SERVER [start]', 'an operator runs '
+                  '"instanceha-manage instances clear SERVER" (start: '
+                  '--start): an instance instanceha gave up on is taken '
+                  'out of its error state and its counters removed'),
     'end': ('', 'stop the simulation here'),
 }
 

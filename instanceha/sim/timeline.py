@@ -27,6 +27,8 @@ import os
 
 from oslo_config import cfg
 
+from instanceha.cmd import manage_hosts
+from instanceha.cmd import manage_instances
 from instanceha import conf as ha_conf
 from instanceha.daemon import reloading
 from instanceha.engine import pause as pause_mod
@@ -225,6 +227,10 @@ class Timeline:
             need(2)
             self._fencing(where, a)
             return
+        elif name in ('hosts', 'instances'):
+            need(2)
+            self._clear(where, name, a)
+            return
         elif name == 'clock':
             if len(a) != 2 or a[0] != 'skew':
                 raise sim_world.ScenarioError(
@@ -313,6 +319,54 @@ class Timeline:
                                 action=action, level=result.level)
             finally:
                 topo.stop()
+        self.operator.submit(run)
+
+    def _clear(self, where: str, name: str, a: tuple) -> None:
+        """``instanceha-manage hosts|instances clear ... [--enable|--start]``.
+
+        The production command runs against the simulated Nova from the
+        operator's machine (on the copies' clock, skew included); a
+        refusal is logged as the operator reads it.
+        """
+        flag = 'enable' if name == 'hosts' else 'start'
+        if a[0] != 'clear' or a[2:] not in ((), (flag,)):
+            raise sim_world.ScenarioError(
+                '%s: expected %s' % (where, sim_scenario.COMMANDS[name][0]))
+        target, on = a[1], bool(a[2:])
+        if name == 'hosts':
+            self.world.host(target)
+            host = target
+        else:
+            host = self.world.server(target).host
+        self.log.record('timeline', '%s-clear' % name, host, **(
+            {'server': target} if name == 'instances' else {}),
+            **({flag: True} if on else {}))
+        clock = sim_clock.ServiceClock(self.clock,
+                                       lambda: self.world.clock_skew)
+        waited = [0.0]
+
+        def sleep(seconds: float) -> None:
+            # The command's own wait, counted in simulated seconds (its
+            # deadline reads the real clock, which does not move here).
+            waited[0] += seconds
+            if waited[0] > manage_instances.WAIT:
+                raise exceptions.InstanceHAError(
+                    'instance %s: not done after %ds'
+                    % (target, manage_instances.WAIT))
+            self.clock.sleep(seconds)
+
+        def run() -> None:
+            try:
+                if name == 'hosts':
+                    said = manage_hosts.clear(self.cloud, target, on,
+                                              clock.now())
+                else:
+                    said = manage_instances.clear(self.cloud, target, on,
+                                                  sleep=sleep)
+            except exceptions.InstanceHAError as exc:
+                self.log.record('operator', 'refused', host, error=str(exc))
+            else:
+                self.log.record('operator', 'cleared', host, text=said)
         self.operator.submit(run)
 
     def _pause(self, where: str, a: tuple) -> dict:

@@ -622,6 +622,19 @@ class TestGolden(testtools.TestCase):
             self.assertIn('timeline line 1', err.getvalue())
             self.assertIn('clock skew', err.getvalue())
 
+    def test_clear_commands_check_their_words(self):
+        for bad in ('hosts clear', 'hosts list compute-1',
+                    'hosts clear compute-1 start', 'instances clear',
+                    'instances clear vm-1a enable'):
+            with open(os.path.join(self.case, 'timeline'), 'w') as f:
+                f.write('10 %s\n' % bad)
+            err = io.StringIO()
+            self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
+            self.useFixture(fixtures.MonkeyPatch('sys.stdout', io.StringIO()))
+            self.assertEqual(2, simulate.main([self.case]), bad)
+            self.assertIn('timeline line 1', err.getvalue())
+            self.assertIn('clear', err.getvalue())
+
     def test_cli_unknown_scenario(self):
         err = io.StringIO()
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
