@@ -759,8 +759,11 @@ class World:
             self.violate('evacuate %s from %s, which no fencing device '
                          'confirmed off' % (srv.name, source.name))
         for mig in self.migrations:
+            # (A live or cold migration away and back, e.g. for
+            # maintenance, is no evacuation.)
             if (mig.server_id == srv.id and mig.source_host == source.name
                     and mig.episode == source.episode
+                    and mig.kind == 'evacuation'
                     and mig.status not in ('error', 'failed')):
                 self.violate('instance %s evacuated twice from %s in one '
                              'failure' % (srv.name, source.name))

@@ -258,6 +258,22 @@ class TestInvariants(testtools.TestCase):
         cloud.evacuate('vm1')
         self.assertIn('evacuated twice', ' '.join(w.violations))
 
+    def test_planned_moves_are_no_evacuation(self):
+        # Moved away for maintenance and back, then its host fails: the
+        # first evacuation of this failure is no second one.
+        w = small_world()
+        cloud = sim_world.SimCloud(w)
+        cloud.live_migrate('vm1', 'h2')
+        advance(w, 100)
+        cloud.live_migrate('vm1', 'h1')
+        advance(w, 200)
+        self.assertEqual('h1', w.servers['vm1'].host)
+        w.set_power('h1', False)
+        w.hosts['h1'].fence_proof = True
+        w.hosts['h1'].forced_down = True
+        cloud.evacuate('vm1')
+        self.assertEqual([], w.violations)
+
     def test_non_leader_and_gate_are_caught(self):
         w = small_world()
         cloud = sim_world.SimCloud(w)
