@@ -80,6 +80,7 @@ import time
 
 import yaml
 
+from instanceha import exceptions
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
@@ -109,7 +110,26 @@ EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
 #: or too short), the hosts' heartbeats spread over Nova's report
 #: interval or not.
 SETTINGS_MIX = ('reads',)
-MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX
+#: Workflow kinds and operator commands, from a fourth stream (seeds
+#: found before still build the same stories when none of these is
+#: drawn, and always with ``--mix`` limited to the kinds above):
+#: shutdown: a host's agent announces a clean reboot or power-off (a
+#: policy of conditional, freeze, failover or migrate, sometimes set by
+#: an aggregate, sometimes a hang); instance: guests crash (sometimes in
+#: a loop), their users stop, start or delete them; process: nova-compute
+#: dies on a host that lives on (with the heartbeat detector); reload:
+#: an operator edits options and sends SIGHUP; maint: maintenance start
+#: and end; opcmd: the operator's other commands (pause and resume,
+#: fencing by hand, hosts clear, instances clear, disable and enable);
+#: restarts: copies crash, restart or lose the coordination backend at
+#: random moments of the stories above.
+KINDS_MIX = ('shutdown', 'instance', 'process', 'reload', 'maint',
+             'opcmd', 'restarts')
+MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX + KINDS_MIX
+#: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
+#: builds what the generator built before KINDS_MIX existed.
+MIX_GROUPS = {'base': BASE_MIX, 'extra': EXTRA_MIX,
+              'settings': SETTINGS_MIX, 'kinds': KINDS_MIX, 'all': MIX_ALL}
 
 #: Invariant names, from the simulator's CHECK messages.
 INVARIANTS = (
@@ -127,8 +147,28 @@ HEALTHY_LIVES = 'healthy-host-not-fenced'
 #: Timeline commands after which a host may rightly be fenced.
 FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
             'kdump')
+#: ... and an announced shutdown: a frozen host that does not come back
+#: in time is recovered like a failed one.
+MAY_BE_FENCED = FAILURES + ('announce',)
 END = 900.0
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
+
+
+#: What an operator's reload may change (besides nothing: a plain SIGHUP).
+RELOADS = (
+    (),
+    ('threshold', '100'),
+    ('threshold', '34'),
+    ('evacuation.max_in_flight', '1'),
+    ('shutdown.policy', 'freeze'),
+    ('shutdown.policy', 'failover'),
+    ('shutdown.policy', 'migrate'),
+    ('instance_failure.enabled', 'false'),
+    ('process_failure.enabled', 'false'),
+    ('instance_failure.max_restart', '0'),
+)
+#: [shutdown] policy's values.
+SHUTDOWN_POLICIES = ('conditional', 'freeze', 'failover', 'migrate')
 
 
 def invariant_of(violation: str) -> str:
@@ -182,9 +222,19 @@ class Case:
             self.spread = sr.random() < 0.5
         self.timeline: list[tuple[float, str, tuple[str, ...]]] = []
         self.operator: dict[str, str | None] = {}
+        #: An aggregate whose metadata overrides the shutdown policy
+        #: (drawn from the fourth stream, below).
+        self.policy_override: str | None = None
         self._events()
         self._extra_options()
         self._extra_events()
+        #: The fourth stream (KINDS_MIX): drawn last, so that the three
+        #: streams above build what they built before it existed.
+        self.kr = random.Random(seed * 32452843 + 41)
+        self.kinds = tuple(k for k in KINDS_MIX
+                           if k in mix and self.kr.random() < 0.3)
+        self._kind_options()
+        self._kind_events()
 
     # -- the cloud ---------------------------------------------------------
 
@@ -205,6 +255,10 @@ class Case:
             if rnd.random() < 0.3:
                 aggregates['rack-' + z]['metadata'] = {
                     'max_unhealthy': rnd.choice(['1', '2', '50%'])}
+        if self.policy_override:
+            # The last zone's rack follows a policy of its own.
+            aggregates['rack-' + zones[-1]].setdefault('metadata', {})[
+                'instanceha_shutdown_policy'] = self.policy_override
         instances = {}
         for h in self.hosts:
             for k in range(rnd.randint(0, 3)):
@@ -462,6 +516,160 @@ class Case:
         else:
             self._at(t, 'fencing', xr.choice(['off', 'on']), host)
 
+    # -- the fourth stream: every workflow kind, every operator command -----
+
+    def _heartbeat(self) -> None:
+        """Shutdowns and process failures need the heartbeat detector."""
+        opts = self.options
+        detectors = opts['detection.detectors'].split(',')
+        if 'heartbeat' not in detectors:
+            detectors.insert(1, 'heartbeat')
+            opts['detection.detectors'] = ','.join(detectors)
+            opts['heartbeat.key_file'] = 'heartbeat.key'
+            opts['detection.combine'] = self.kr.choice(['veto', 'all'])
+
+    def _kind_options(self) -> None:
+        kr, opts = self.kr, self.options
+        if 'shutdown' in self.kinds:
+            self._heartbeat()
+            opts['shutdown.policy'] = kr.choice(SHUTDOWN_POLICIES)
+            # Short enough for a frozen host that never returns to be
+            # recovered within the run.
+            opts['shutdown.return_timeout'] = str(kr.choice([60, 120, 300]))
+            opts['shutdown.poweroff_grace'] = str(kr.choice([0, 30, 120]))
+            opts['shutdown.drain_timeout'] = str(kr.choice([30, 120, 300]))
+            if kr.random() < 0.3:
+                self.policy_override = kr.choice(SHUTDOWN_POLICIES)
+        if 'process' in self.kinds:
+            self._heartbeat()
+            if kr.random() < 0.3:
+                opts['process_failure.threshold'] = str(kr.choice([0, 50]))
+        if 'instance' in self.kinds:
+            opts['instance_failure.stable_time'] = str(kr.choice(
+                [30, 120, 600]))
+            opts['instance_failure.max_restart'] = str(kr.choice([0, 1, 2]))
+            opts['instance_failure.max_relocate'] = str(kr.choice([0, 1]))
+            if kr.random() < 0.3:
+                opts['instance_failure.storm_size'] = str(kr.choice([1, 3]))
+
+    def _servers(self) -> list[str]:
+        return sorted(self.topology()['instances'])
+
+    def _kind_events(self) -> None:
+        kr = self.kr
+        #: When the stories of this stream happen (for 'restarts').
+        moments = []
+
+        def when() -> float:
+            t = kr.uniform(20, END - 300)
+            moments.append(t)
+            return t
+        if 'shutdown' in self.kinds:
+            for _ in range(kr.randint(1, 2)):
+                self._shutdown(when(), kr.choice(self.hosts))
+        if 'instance' in self.kinds:
+            for _ in range(kr.randint(1, 3)):
+                self._instance(when())
+        if 'process' in self.kinds:
+            host, t = kr.choice(self.hosts), when()
+            self._at(t, 'stop-compute', host)
+            if kr.random() < 0.7:
+                self._at(t + kr.uniform(20, 300), 'start-compute', host)
+        if 'reload' in self.kinds:
+            for _ in range(kr.randint(1, 2)):
+                self._at(when(), 'reload', *kr.choice(RELOADS))
+        if 'maint' in self.kinds:
+            host, t = kr.choice(self.hosts), when()
+            start = [w for w in ('wait', 'cold') if kr.random() < 0.4]
+            self._at(t, 'maintenance', 'start', host, *start, 'reason',
+                     'fuzz', str(kr.randint(1, 99)))
+            if kr.random() < 0.7:
+                end = [w for w in ('return', 'wait') if kr.random() < 0.5]
+                self._at(t + kr.uniform(30, 300), 'maintenance', 'end', host,
+                         *end)
+        if 'opcmd' in self.kinds:
+            for _ in range(kr.randint(1, 3)):
+                self._command(when())
+        if 'restarts' in self.kinds:
+            for _ in range(kr.randint(1, 3)):
+                t = (kr.choice(moments) + kr.uniform(0, 200) if moments
+                     and kr.random() < 0.8 else kr.uniform(20, END - 100))
+                self._leadership(min(t, END - 100), kr)
+
+    def _shutdown(self, t: float, host: str) -> None:
+        """A clean reboot or power-off, sometimes hung, sometimes back."""
+        kr = self.kr
+        kind = kr.choice(['reboot', 'poweroff'])
+        hang = ('hang',) if kr.random() < 0.15 else ()
+        self._at(t, 'announce', host, kind, *hang)
+        if (kind == 'poweroff' or hang) and kr.random() < 0.5:
+            # Someone powers it on again (a hung one: off, then on).
+            back = t + kr.uniform(40, 400)
+            if hang:
+                self._at(back, 'power-off', host)
+            self._at(back + 5, 'power-on', host)
+
+    def _instance(self, t: float) -> None:
+        """A guest crashes (sometimes in a loop), or its user acts."""
+        kr = self.kr
+        servers = self._servers()
+        if not servers:
+            return
+        srv = kr.choice(servers)
+        roll = kr.random()
+        if roll < 0.5:
+            self._at(t, 'crash-instance', srv)
+        elif roll < 0.75:
+            loop = ('loop', str(kr.choice([5, 20, 60])))
+            times = ('times', str(kr.randint(1, 3))) if kr.random() < 0.6 \
+                else ()
+            self._at(t, 'crash-instance', srv, *loop, *times)
+        elif roll < 0.9:
+            self._at(t, 'stop-instance', srv)
+            if kr.random() < 0.5:
+                self._at(t + kr.uniform(10, 200), 'start-instance', srv)
+        else:
+            self._at(t, 'delete-instance', srv)
+
+    def _command(self, t: float) -> None:
+        """One of the operator's commands, at any moment."""
+        kr = self.kr
+        host = kr.choice(self.hosts)
+        what = kr.choice(['pause', 'fencing', 'hosts-clear',
+                          'instances-clear', 'disable'])
+        if what == 'pause':
+            self._at(t, 'pause', kr.choice(['30', '120', '400',
+                                            'indefinite']))
+            if kr.random() < 0.6:
+                self._at(t + kr.uniform(5, 200), 'resume')
+        elif what == 'fencing':
+            self._at(t, 'fencing', 'off', host)
+            if kr.random() < 0.7:
+                self._at(t + kr.uniform(20, 200), 'fencing', 'on', host)
+        elif what == 'hosts-clear':
+            self._at(t, 'hosts', 'clear', host,
+                     *(('enable',) if kr.random() < 0.3 else ()))
+        elif what == 'instances-clear' and self._servers():
+            self._at(t, 'instances', 'clear', kr.choice(self._servers()),
+                     *(('start',) if kr.random() < 0.5 else ()))
+        else:
+            self._at(t, 'disable', host, 'operator', 'holds', 'it',
+                     str(kr.randint(1, 99)))
+            if kr.random() < 0.6:
+                self._at(t + kr.uniform(10, 300), 'enable', host)
+
+    def _leadership(self, t: float, r: random.Random) -> None:
+        """A copy crashes, restarts, stops, or the backend fails."""
+        if r.random() < 0.2:
+            self._at(t, 'coordination', 'down')
+            self._at(t + r.uniform(2, 60), 'coordination', 'up')
+            return
+        copy = r.choice(self.copies)
+        what = r.choice(['crash', 'crash', 'restart', 'stop'])
+        self._at(t, 'service', what, copy)
+        if what != 'restart':
+            self._at(t + r.uniform(1, 60), 'service', 'start', copy)
+
     def commands(self) -> list[sim_scenario.Command]:
         ordered = sorted(self.timeline, key=lambda c: c[0])
         return [sim_scenario.Command(float(t), name, args, i + 1)
@@ -557,7 +765,7 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
     failed_at = {}
     for t, name, args in case.timeline:
         host = (args[1] if name == 'fencing' and len(args) > 1
-                else args[0] if name in FAILURES else None)
+                else args[0] if name in MAY_BE_FENCED else None)
         if host is not None:  # a failure, or an operator's power-off
             failed_at[host] = min(t, failed_at.get(host, t))
     for h in case.markers:
@@ -579,7 +787,11 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
                                  for t, host in by_hand):
             return request(name, state, remaining)
         if state == 'off' and h is not None:
-            if heartbeat and h.agent_alive and not h.beating:
+            # (An agent that announced a shutdown stopped: the host is
+            # shutting down, not isolated; failover fences a rebooting
+            # host for real.)
+            if heartbeat and h.agent_alive and h.agent_running \
+                    and not h.beating:
                 found.append((ISOLATED_LIVES, 't=%g power off %s (device '
                               '%s) while it runs and its heartbeat gets '
                               'through' % (now, h.name, name)))
@@ -593,6 +805,31 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
     return found
 
 
+#: Commands that a random timeline may give when they cannot happen: a
+#: user stopping an instance that is not running, an agent announcing a
+#: shutdown on a host that is off, a command naming an instance its user
+#: deleted. Nova (or the host) refuses them; the
+#: run goes on (``timeline refused`` in the log).
+MAY_BE_REFUSED = ('announce', 'stop-instance', 'start-instance',
+                  'delete-instance', 'crash-instance', 'rebuild-fail',
+                  'instances')
+
+
+def _refusals_tolerated(sim) -> None:
+    apply = sim.apply
+
+    def lenient(cmd: sim_scenario.Command) -> None:
+        if cmd.name not in MAY_BE_REFUSED:
+            return apply(cmd)
+        try:
+            apply(cmd)
+        except (sim_world.ScenarioError,
+                exceptions.InstanceHAError) as exc:
+            sim.log.record('timeline', 'refused', None, command=cmd.name,
+                           error=str(exc))
+    sim.apply = lenient
+
+
 def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             directory: str | None = None) -> dict:
     """Build and run seed ``seed``; its violations by invariant."""
@@ -601,6 +838,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
+        _refusals_tolerated(sim)
         wrong_power_offs = _watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None
@@ -713,14 +951,24 @@ def table(report: dict) -> str:
     return '\n'.join(out)
 
 
+def parse_mix(text: str) -> tuple[str, ...]:
+    """``--mix``: kinds and group names, in MIX_ALL's order."""
+    named = set()
+    for word in (w for w in text.split(',') if w):
+        named.update(MIX_GROUPS.get(word, (word,)))
+    return tuple(k for k in MIX_ALL if k in named) + tuple(
+        sorted(named - set(MIX_ALL)))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--runs', type=int, default=2000)
     p.add_argument('--seed', type=int, default=1,
                    help='first seed (default 1); runs use seed, seed+1, ...')
     p.add_argument('--mix', default=','.join(MIX_ALL),
-                   help='kinds of fault, comma-separated, from %s'
-                   % ', '.join(MIX_ALL))
+                   help='kinds of fault, comma-separated, from %s, or '
+                   'groups of them: %s' % (', '.join(MIX_ALL),
+                                           ', '.join(MIX_GROUPS)))
     p.add_argument('--json', action='store_true',
                    help='print JSON instead of the table')
     p.add_argument('--json-file', help='also write the JSON here')
@@ -730,7 +978,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     # The engine's own log is the story of thousands of clouds: noise here.
     logging.disable(logging.CRITICAL)
-    mix = tuple(m for m in args.mix.split(',') if m)
+    mix = parse_mix(args.mix)
     unknown = sorted(set(mix) - set(MIX_ALL))
     if unknown:
         p.error('--mix: unknown kind(s) %s; choose from %s'
