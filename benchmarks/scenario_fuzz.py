@@ -144,6 +144,23 @@ OPERATOR_WINS = 'operator-wins'
 LOCKS_RELEASED = 'locks-released'
 ISOLATED_LIVES = 'isolated-host-not-fenced'
 HEALTHY_LIVES = 'healthy-host-not-fenced'
+MARKER_LEFT = 'no-marker-left-behind'
+STRANDED = 'instances-recovered'
+#: Seconds without anything happening (to a host, or to the service, its
+#: pause and Nova) after which the end state is judged settled.
+SETTLE = 240.0
+#: Timeline commands that touch the service as a whole.
+GLOBAL = ('service', 'coordination', 'pause', 'resume', 'reload', 'set',
+          'clock', 'nova')
+#: Markers of ours that a host running and reporting for SETTLE seconds
+#: no longer carries: it is enabled again (a host left disabled or given
+#: up on waits for an operator and keeps its marker).
+TRANSIENT = re.compile(r'^instanceha:(powering_on|waiting_up|enabling|'
+                       r'service_down) |^instanceha-shutdown ')
+#: Markers of a recovery that is over: every instance it could evacuate
+#: is off the dead host (the others are named in gave_up).
+RECOVERED = re.compile(r'^instanceha:(evacuated|powering_on|waiting_up|'
+                       r'enabling|left_disabled) ')
 #: Timeline commands after which a host may rightly be fenced.
 FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
             'kdump')
@@ -889,10 +906,68 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
                               '(%s) on %s, status %s' % (
                                   name, srv.locked_reason, srv.host,
                                   srv.status)))
+        found += _left_behind(sim, case)
     else:
         found.append(('engine-error', error))
     return {'seed': seed, 'violations': found, 'wall_s': wall,
             'simulated_s': sim.clock.t, 'events': len(case.timeline)}
+
+
+def _settled_since(case: Case) -> tuple[float, dict[str, float]]:
+    """When the service, and each host, last had something happen."""
+    names = set(case.hosts) | set(case.pdus.values())
+    device_host = {pdu: h for h, pdu in case.pdus.items()}
+    last_global = float('-inf')
+    last: dict[str, float] = {h: 0.0 for h in case.markers}
+    for t, name, args in case.timeline:
+        if name in GLOBAL:
+            last_global = max(last_global, t)
+        for arg in args:
+            if arg in names:
+                host = device_host.get(arg, arg)
+                last[host] = max(last.get(host, t), t)
+    return last_global, last
+
+
+def _left_behind(sim, case: Case) -> list[tuple[str, str]]:
+    """Markers of ours on hosts long fine, instances left on dead ones.
+
+    Judged only once everything has settled: no command to the service
+    (restarts, pause, reloads, Nova faults) for SETTLE seconds, nothing
+    paused, a leader, and per host nothing done to it for as long.
+    """
+    w, end = sim.world, sim.clock.t
+    last_global, last = _settled_since(case)
+    if (end - last_global < SETTLE or sim.pause_store.pause is not None
+            or not sim.election.backend_up
+            or sim.election.leader() is None):
+        return []
+    found = []
+    topology = case.topology()
+    start = topology['instances']
+    initial = {h: spec.get('disabled_reason')
+               for h, spec in topology['hosts'].items()}
+    for h in sorted(w.hosts.values(), key=lambda h: h.name):
+        if end - last.get(h.name, float('-inf')) < SETTLE:
+            continue
+        reason = h.disabled_reason or ''
+        if h.beating and h.agent_running and TRANSIENT.match(reason):
+            found.append((MARKER_LEFT, 'host %s runs and reports but ends '
+                          'disabled with %r' % (h.name, reason)))
+        if (h.powered and h.os_running or not RECOVERED.match(reason)
+                or reason == initial.get(h.name)):
+            # (A marker the cloud starts with, unchanged, claims a
+            # recovery no copy of this run made.)
+            continue
+        for srv in sorted(w.servers.values(), key=lambda s: s.name):
+            if (srv.host == h.name and srv.status == 'ACTIVE'
+                    and not srv.task_state and not srv.running_on
+                    and not start.get(srv.name, {}).get('locked')
+                    and srv.id not in reason and srv.name not in reason):
+                found.append((STRANDED, 'instance %s ends ACTIVE on %s, '
+                              'which is off, while its recovery is over '
+                              '(%r)' % (srv.name, h.name, reason)))
+    return found
 
 
 def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
@@ -926,7 +1001,8 @@ def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
 def table(report: dict) -> str:
     names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, LOCKS_RELEASED,
                                           ISOLATED_LIVES,
-                                          HEALTHY_LIVES, 'engine-error',
+                                          HEALTHY_LIVES, MARKER_LEFT,
+                                          STRANDED, 'engine-error',
                                           'other']
     rows = [('runs', str(report['runs'])),
             ('seeds', '%s..%s' % tuple(report['seeds'])
