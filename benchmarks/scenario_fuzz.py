@@ -42,6 +42,12 @@ Checked on every run:
   that has not failed in the timeline (e.g. through a short fencing key
   that also matches another host: some generated clouds have two hosts
   with one short name, compute-0.az1 and compute-0.az2).
+* *no marker left behind*: once the service and a host have been left
+  alone for SETTLE seconds (nothing paused, a leader), a host that runs
+  and reports carries no transient marker of ours;
+* *instances recovered*: ... and a host that is off, whose recovery is
+  over, has no instance left ACTIVE on it that its marker does not name
+  as given up.
 
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
@@ -61,9 +67,19 @@ skew. A third (``SETTINGS_MIX``) varies settings: services reads
 scheduled by heartbeats (Nova's service_down_time given right, too long
 or too short), with the hosts' heartbeats spread or in step.
 
-``--mix`` chooses the kinds of fault (default: all of them); the CI
-smoke run (tests/scenarios/test_fuzz.py) uses a narrower mix and says
-why.
+A fourth (``KINDS_MIX``) adds every other workflow kind and operator
+command: announced shutdowns under each policy, instance crashes and
+their users' actions, nova-compute deaths on live hosts, reloads,
+maintenance, pause, fencing by hand, hosts and instances clear, and
+restarts at random moments of those stories. Commands that cannot
+happen at their moment are refused (``timeline refused``) and the run
+goes on.
+
+``--mix`` chooses the kinds of fault (default: all of them), by name or
+by group (``base``, ``extra``, ``settings``, ``kinds``); with ``--mix
+base,extra,settings`` a seed builds the story it built before the fourth
+stream existed. The CI smoke run (tests/scenarios/test_fuzz.py) uses
+every kind.
 """
 
 import argparse
