@@ -585,6 +585,19 @@ class Case:
             if kr.random() < 0.3:
                 opts['instance_failure.storm_size'] = str(kr.choice([1, 3]))
 
+    def _focus(self) -> str:
+        """A host: half the time one the story already touches.
+
+        Two workflow kinds on one host (an instance crash on a host that
+        fails, a second announcement, nova-compute dying on a frozen
+        host) are where they meet.
+        """
+        touched = sorted({a for _, _, args in self.timeline for a in args
+                          if a in self.hosts})
+        if touched and self.kr.random() < 0.5:
+            return self.kr.choice(touched)
+        return self.kr.choice(self.hosts)
+
     def _servers(self) -> list[str]:
         return sorted(self.topology()['instances'])
 
@@ -599,12 +612,12 @@ class Case:
             return t
         if 'shutdown' in self.kinds:
             for _ in range(kr.randint(1, 2)):
-                self._shutdown(when(), kr.choice(self.hosts))
+                self._shutdown(when(), self._focus())
         if 'instance' in self.kinds:
             for _ in range(kr.randint(1, 3)):
                 self._instance(when())
         if 'process' in self.kinds:
-            host, t = kr.choice(self.hosts), when()
+            host, t = self._focus(), when()
             self._at(t, 'stop-compute', host)
             if kr.random() < 0.7:
                 self._at(t + kr.uniform(20, 300), 'start-compute', host)
@@ -612,7 +625,7 @@ class Case:
             for _ in range(kr.randint(1, 2)):
                 self._at(when(), 'reload', *kr.choice(RELOADS))
         if 'maint' in self.kinds:
-            host, t = kr.choice(self.hosts), when()
+            host, t = self._focus(), when()
             start = [w for w in ('wait', 'cold') if kr.random() < 0.4]
             self._at(t, 'maintenance', 'start', host, *start, 'reason',
                      'fuzz', str(kr.randint(1, 99)))
@@ -635,6 +648,10 @@ class Case:
         kind = kr.choice(['reboot', 'poweroff'])
         hang = ('hang',) if kr.random() < 0.15 else ()
         self._at(t, 'announce', host, kind, *hang)
+        if not hang and kr.random() < 0.2:
+            # It announces again after (or during) its first shutdown.
+            self._at(t + kr.uniform(20, 300), 'announce', host,
+                     kr.choice(['reboot', 'poweroff']))
         if (kind == 'poweroff' or hang) and kr.random() < 0.5:
             # Someone powers it on again (a hung one: off, then on).
             back = t + kr.uniform(40, 400)
@@ -648,7 +665,10 @@ class Case:
         servers = self._servers()
         if not servers:
             return
-        srv = kr.choice(servers)
+        focus = self._focus()
+        on_focus = [name for name in servers
+                    if self.topology()['instances'][name]['host'] == focus]
+        srv = kr.choice(on_focus or servers)
         roll = kr.random()
         if roll < 0.5:
             self._at(t, 'crash-instance', srv)
@@ -667,7 +687,7 @@ class Case:
     def _command(self, t: float) -> None:
         """One of the operator's commands, at any moment."""
         kr = self.kr
-        host = kr.choice(self.hosts)
+        host = self._focus()
         what = kr.choice(['pause', 'fencing', 'hosts-clear',
                           'instances-clear', 'disable'])
         if what == 'pause':

@@ -42,17 +42,34 @@ stayed locked) is fixed: a host shields our locks on its instances only
 while a job of ours evacuates or watches them (case
 rebuild-fails-then-leader-crash-left-disabled). The smoke run also varies
 settings (``SETTINGS_MIX``): services reads scheduled by heartbeats.
+
+It also runs every other workflow kind and operator command
+(``KINDS_MIX``: announced shutdowns under each policy, instance crashes,
+nova-compute deaths on live hosts, reloads, maintenance, pause, fencing
+by hand, hosts and instances clear, restarts at random moments), and
+checks that its seeds produce each of them, and the end-of-run checks
+(no marker of ours left behind, no instance left on a host whose
+recovery is over).
 """
 
 import importlib.util
 import logging
 import os
+import tempfile
 
 import testtools
+
+from instanceha.sim import runner
 
 SMOKE_MIX = None  # every kind: the generator's MIX_ALL
 FIRST_SEED = 1
 RUNS = 200
+#: Timeline commands the smoke run's seeds must produce: every workflow
+#: kind and every operator command.
+COMMANDS = ('power-off', 'crash', 'stop-compute', 'announce',
+            'crash-instance', 'stop-instance', 'delete-instance', 'reload',
+            'maintenance', 'pause', 'resume', 'fencing', 'hosts',
+            'instances', 'disable', 'enable', 'service', 'coordination')
 
 
 def load_generator():
@@ -87,6 +104,57 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual('leader-only', self.gen.invariant_of(
             'fence c-1 by ha-b, which is not the leader'))
         self.assertEqual('other', self.gen.invariant_of('something new'))
+
+    def test_kinds_leave_earlier_stories_alone(self):
+        # The fourth stream is drawn last: without its kinds a seed
+        # builds the story it built before the stream existed.
+        before = self.gen.parse_mix('base,extra,settings')
+        self.assertEqual(self.gen.BASE_MIX + self.gen.EXTRA_MIX +
+                         self.gen.SETTINGS_MIX, before)
+        for seed in range(1, 40):
+            a, b = self.gen.Case(seed), self.gen.Case(seed, before)
+            if a.kinds:
+                continue
+            self.assertEqual(a.timeline, b.timeline)
+            self.assertEqual(a.options, b.options)
+            self.assertEqual(a.topology(), b.topology())
+        self.assertEqual((), self.gen.Case(7, before).kinds)
+
+    def test_smoke_seeds_produce_every_kind(self):
+        kinds, commands, policies = set(), set(), set()
+        for seed in range(FIRST_SEED, FIRST_SEED + RUNS):
+            case = self.gen.Case(seed)
+            kinds.update(case.kinds)
+            commands.update(name for _, name, _ in case.timeline)
+            policies.add(case.options.get('shutdown.policy'))
+        self.assertEqual(set(self.gen.KINDS_MIX), kinds)
+        self.assertEqual([], sorted(set(COMMANDS) - commands))
+        self.assertLessEqual(set(self.gen.SHUTDOWN_POLICIES), policies)
+
+    def test_left_behind_is_found(self):
+        # The end-of-run checks can fail: a marker of ours on a host that
+        # runs, an instance left ACTIVE on a host whose recovery is over.
+        case = self.gen.Case(3, ('host',))
+        case.timeline, case.markers = [], {}
+        with tempfile.TemporaryDirectory() as tmp:
+            sim = runner.Simulation(case.write(tmp))
+            sim.run()
+        self.assertEqual([], self.gen._left_behind(sim, case))
+        srv = sorted((s for s in sim.world.servers.values()
+                      if s.status == 'ACTIVE' and not s.locked),
+                     key=lambda s: s.name)[0]
+        running = sorted(h for h in sim.world.hosts
+                         if h != srv.host and h in case.hosts)[0]
+        sim.world.hosts[running].disabled_reason = (
+            'instanceha:waiting_up 2026-01-01T00:00:00Z')
+        dead = sim.world.hosts[srv.host]
+        dead.chassis_on = dead.os_running = False
+        srv.running_on.clear()
+        dead.disabled_reason = 'instanceha:evacuated 2026-01-01T00:00:00Z'
+        found = self.gen._left_behind(sim, case)
+        self.assertEqual([self.gen.MARKER_LEFT, self.gen.STRANDED],
+                         [k for k, _ in found], found)
+        self.assertIn(srv.name, found[1][1])
 
     def test_smoke_run_has_no_violation(self):
         mix = SMOKE_MIX or self.gen.MIX_ALL
