@@ -96,7 +96,6 @@ import time
 
 import yaml
 
-from instanceha import exceptions
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
@@ -319,7 +318,9 @@ class Case:
             if power == 'off':
                 hosts[h]['last_heartbeat'] = -600
         return {
-            'simulation': dict({'end': END, 'copies': self.copies}, **(
+            # Commands that cannot happen at their moment are refused.
+            'simulation': dict({'end': END, 'copies': self.copies,
+                                'refusals': True}, **(
                 {'timing': {'heartbeat_spread': True}} if self.spread
                 else {})),
             'defaults': {'vcpus': vcpus},
@@ -585,18 +586,23 @@ class Case:
             if kr.random() < 0.3:
                 opts['instance_failure.storm_size'] = str(kr.choice([1, 3]))
 
-    def _focus(self) -> str:
-        """A host: half the time one the story already touches.
+    def _focus(self) -> tuple[str, float]:
+        """A host and a moment: half the time near what befalls a host.
 
-        Two workflow kinds on one host (an instance crash on a host that
-        fails, a second announcement, nova-compute dying on a frozen
-        host) are where they meet.
+        Two workflow kinds on one host at about the same time (an
+        instance crash on a host that fails, a second announcement,
+        nova-compute dying on a frozen host) are where they meet.
         """
-        touched = sorted({a for _, _, args in self.timeline for a in args
-                          if a in self.hosts})
-        if touched and self.kr.random() < 0.5:
-            return self.kr.choice(touched)
-        return self.kr.choice(self.hosts)
+        kr = self.kr
+        touched = sorted((t, a) for t, _, args in self.timeline
+                         for a in args if a in self.hosts)
+        if touched and kr.random() < 0.5:
+            t, host = kr.choice(touched)
+            t = min(max(t + kr.uniform(-20, 120), 5), END - 150)
+        else:
+            host, t = kr.choice(self.hosts), kr.uniform(20, END - 300)
+        self.moments.append(t)
+        return host, t
 
     def _servers(self) -> list[str]:
         return sorted(self.topology()['instances'])
@@ -604,28 +610,24 @@ class Case:
     def _kind_events(self) -> None:
         kr = self.kr
         #: When the stories of this stream happen (for 'restarts').
-        moments = []
-
-        def when() -> float:
-            t = kr.uniform(20, END - 300)
-            moments.append(t)
-            return t
+        self.moments: list[float] = []
         if 'shutdown' in self.kinds:
             for _ in range(kr.randint(1, 2)):
-                self._shutdown(when(), self._focus())
+                host, t = self._focus()
+                self._shutdown(t, host)
         if 'instance' in self.kinds:
             for _ in range(kr.randint(1, 3)):
-                self._instance(when())
+                self._instance(*self._focus())
         if 'process' in self.kinds:
-            host, t = self._focus(), when()
+            host, t = self._focus()
             self._at(t, 'stop-compute', host)
             if kr.random() < 0.7:
                 self._at(t + kr.uniform(20, 300), 'start-compute', host)
         if 'reload' in self.kinds:
             for _ in range(kr.randint(1, 2)):
-                self._at(when(), 'reload', *kr.choice(RELOADS))
+                self._at(self._focus()[1], 'reload', *kr.choice(RELOADS))
         if 'maint' in self.kinds:
-            host, t = self._focus(), when()
+            host, t = self._focus()
             start = [w for w in ('wait', 'cold') if kr.random() < 0.4]
             self._at(t, 'maintenance', 'start', host, *start, 'reason',
                      'fuzz', str(kr.randint(1, 99)))
@@ -635,11 +637,12 @@ class Case:
                          *end)
         if 'opcmd' in self.kinds:
             for _ in range(kr.randint(1, 3)):
-                self._command(when())
+                self._command(*self._focus())
         if 'restarts' in self.kinds:
             for _ in range(kr.randint(1, 3)):
-                t = (kr.choice(moments) + kr.uniform(0, 200) if moments
-                     and kr.random() < 0.8 else kr.uniform(20, END - 100))
+                t = (kr.choice(self.moments) + kr.uniform(0, 200)
+                     if self.moments and kr.random() < 0.8
+                     else kr.uniform(20, END - 100))
                 self._leadership(min(t, END - 100), kr)
 
     def _shutdown(self, t: float, host: str) -> None:
@@ -659,13 +662,12 @@ class Case:
                 self._at(back, 'power-off', host)
             self._at(back + 5, 'power-on', host)
 
-    def _instance(self, t: float) -> None:
+    def _instance(self, focus: str, t: float) -> None:
         """A guest crashes (sometimes in a loop), or its user acts."""
         kr = self.kr
         servers = self._servers()
         if not servers:
             return
-        focus = self._focus()
         on_focus = [name for name in servers
                     if self.topology()['instances'][name]['host'] == focus]
         srv = kr.choice(on_focus or servers)
@@ -684,10 +686,9 @@ class Case:
         else:
             self._at(t, 'delete-instance', srv)
 
-    def _command(self, t: float) -> None:
+    def _command(self, host: str, t: float) -> None:
         """One of the operator's commands, at any moment."""
         kr = self.kr
-        host = self._focus()
         what = kr.choice(['pause', 'fencing', 'hosts-clear',
                           'instances-clear', 'disable'])
         if what == 'pause':
@@ -858,31 +859,6 @@ def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
     return found
 
 
-#: Commands that a random timeline may give when they cannot happen: a
-#: user stopping an instance that is not running, an agent announcing a
-#: shutdown on a host that is off, a command naming an instance its user
-#: deleted. Nova (or the host) refuses them; the
-#: run goes on (``timeline refused`` in the log).
-MAY_BE_REFUSED = ('announce', 'stop-instance', 'start-instance',
-                  'delete-instance', 'crash-instance', 'rebuild-fail',
-                  'instances')
-
-
-def _refusals_tolerated(sim) -> None:
-    apply = sim.apply
-
-    def lenient(cmd: sim_scenario.Command) -> None:
-        if cmd.name not in MAY_BE_REFUSED:
-            return apply(cmd)
-        try:
-            apply(cmd)
-        except (sim_world.ScenarioError,
-                exceptions.InstanceHAError) as exc:
-            sim.log.record('timeline', 'refused', None, command=cmd.name,
-                           error=str(exc))
-    sim.apply = lenient
-
-
 def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             directory: str | None = None) -> dict:
     """Build and run seed ``seed``; its violations by invariant."""
@@ -891,7 +867,6 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
-        _refusals_tolerated(sim)
         wrong_power_offs = _watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None

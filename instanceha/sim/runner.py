@@ -433,7 +433,7 @@ class Simulation(sim_timeline.Timeline):
             while cmds and cmds[0].t <= t:
                 cmd = cmds.pop(0)
                 try:
-                    self.apply(cmd)
+                    self.run_command(cmd)
                 except sim_world.ScenarioError as exc:
                     raise sim_world.ScenarioError(
                         '%s: timeline line %d: %s' % (

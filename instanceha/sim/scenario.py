@@ -20,7 +20,11 @@
                    Nova refuses to clear forced_down while a host's
                    evacuation records are done, as its API does;
                    ``nova_stamps_writes``: Nova stamps updated_at on
-                   every write of a service, as it does)
+                   every write of a service, as it does; ``refusals``:
+                   a command that cannot happen at its moment, such as
+                   a stop of an instance not running, is refused and
+                   logged instead of ending the run, for random
+                   timelines)
 ``instanceha.conf`` the service's configuration, the same options as in
                    production; a relative ``[fencing] config_file`` is
                    read from the case directory

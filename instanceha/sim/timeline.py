@@ -78,8 +78,32 @@ def _mutate(conf: cfg.ConfigOpts,
     return changed, restart
 
 
+#: Commands that may not be possible at their moment: a user stopping an
+#: instance that is not running, an agent announcing a shutdown on a host
+#: that is off, a command naming an instance its user deleted.
+REFUSABLE = ('announce', 'stop-instance', 'start-instance',
+             'delete-instance', 'crash-instance', 'rebuild-fail',
+             'instances')
+
+
 class Timeline:
     """Applies timeline commands (mixed into the Simulation)."""
+
+    def run_command(self, cmd: sim_scenario.Command) -> None:
+        """Apply ``cmd``, refusing it if it cannot happen now.
+
+        With ``simulation: refusals: true`` (random timelines) a command
+        that cannot happen at its moment is refused, as Nova or the host
+        would refuse it, and the run goes on.
+        """
+        if not (self.scenario.settings.get('refusals')
+                and cmd.name in REFUSABLE):
+            return self.apply(cmd)
+        try:
+            self.apply(cmd)
+        except exceptions.InstanceHAError as exc:
+            self.log.record('timeline', 'refused', None, command=cmd.name,
+                            error=str(exc))
 
     def apply(self, cmd: sim_scenario.Command) -> None:
         w, a = self.world, cmd.args
