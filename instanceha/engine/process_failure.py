@@ -167,10 +167,12 @@ class ProcessFailures:
     def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan,
               now: datetime.datetime, paused: bool = False) -> None:
         """One poll: enable what came back, disable what died."""
-        if not _opt(self.conf, 'enabled', True):
-            return
+        # Turned off, it still hands back the hosts it disabled (their
+        # marker says so): only new outages are left to be reported.
         self._enable_returned(snapshot, plan, now)
         self._run()
+        if not _opt(self.conf, 'enabled', True):
+            return
         decisions = {d.host: d for d in plan.decisions}
         self._episodes(snapshot, decisions)
         isolated = sorted(
