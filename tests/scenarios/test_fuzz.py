@@ -49,7 +49,10 @@ nova-compute deaths on live hosts, reloads, maintenance, pause, fencing
 by hand, hosts and instances clear, restarts at random moments), and
 checks that its seeds produce each of them, and the end-of-run checks
 (no marker of ours left behind, no instance left on a host whose
-recovery is over).
+recovery is over). Seed 21 of the first version of that stream (a host
+disabled for a dead nova-compute stayed disabled for ever once an
+operator turned ``[process_failure] enabled`` off) is fixed (case
+process-failure-turned-off-hands-back).
 """
 
 import importlib.util
