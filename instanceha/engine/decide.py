@@ -31,6 +31,7 @@ Failed hosts dropped in step 4 still count as failed for the gates.
 
 from collections.abc import Callable
 from collections.abc import Mapping
+import dataclasses
 import datetime
 
 from instanceha.engine import marker
@@ -127,6 +128,12 @@ def combine(evidence: list[det_base.Evidence], mode: str,
         # the policy asks not to do. Off is proven by reading its fencing
         # devices before anything is evacuated.
         return FAILED, reasons
+    return _vote(evidence, mode, detectors, reasons)
+
+
+def _vote(evidence: list[det_base.Evidence], mode: str, detectors: int,
+          reasons: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The verdict of witnesses that all had their say (see combine)."""
     votes = {e.verdict for e in evidence}
     failed = V.FAILED in votes
     alive = V.ALIVE in votes
@@ -237,6 +244,30 @@ def _eligible_servers(filters, host, snapshot, context=None
     return tuple(kept), dropped
 
 
+@dataclasses.dataclass
+class _Sorting:
+    """The hosts of one plan, as they are judged one by one."""
+
+    decided: dict = dataclasses.field(default_factory=dict)
+    #: Failed hosts to recover unless a gate says no: (reasons, servers).
+    candidates: dict = dataclasses.field(default_factory=dict)
+    monitored: set = dataclasses.field(default_factory=set)
+    failed: set = dataclasses.field(default_factory=set)
+    in_recovery: set = dataclasses.field(default_factory=set)
+    held: set = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class _Gated:
+    """What the gates said of the candidates."""
+
+    blocked_by: list = dataclasses.field(default_factory=list)
+    blocking_gates: list = dataclasses.field(default_factory=list)
+    #: host -> (why, the gate's name)
+    blocked: dict = dataclasses.field(default_factory=dict)
+    waiting: list = dataclasses.field(default_factory=list)
+
+
 def make_plan(snapshot: model.Snapshot, drivers, conf,
               now: datetime.datetime,
               recovering: Mapping[str, states.HostState] | None = None,
@@ -255,124 +286,130 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     """
     recovering = recovering or {}
     started = frozenset(h for h, s in recovering.items() if s in _STARTED)
-    mode = conf.detection.combine
-    scope_filters = [f for f in drivers.filters if f.out_of_scope]
-    host_filters = [f for f in drivers.filters if not f.out_of_scope]
     evidence = [det.detect(snapshot, now) for det in drivers.detectors]
     # Under ``all``, every witness that votes on every host must vote.
     witnesses = sum(not getattr(det, 'reports_failures_only', False)
                     for det in drivers.detectors)
-
-    hosts = sorted({s.host for s in snapshot.services} | set(recovering))
-    decided: dict[str, plan_mod.HostDecision] = {}
-    candidates: dict[str, tuple[list[str], tuple]] = {}
-    monitored, failed, in_recovery, held = set(), set(), set(), set()
-
-    for host in hosts:
-        service = snapshot.service(host)
+    sorting = _Sorting()
+    for host in sorted({s.host for s in snapshot.services} |
+                       set(recovering)):
         verdict, reasons = combine(
-            [ev[host] for ev in evidence if host in ev], mode, witnesses)
-        reasons = list(reasons)
-        rstate = recovery_state(service, recovering, host)
-        if rstate is not None:
-            # Every host in a workflow is unhealthy for the gates, also
-            # those we keep out of service (left_disabled, FAILED) until
-            # an operator hands them back: else a slow cascade takes a
-            # cloud out one host at a time, each under the threshold.
-            monitored.add(host)
-            in_recovery.add(host)
-            if rstate in _HELD:
-                held.add(host)
-            marker = _marker_reason(service)
-            servers, _dropped = _eligible_servers(drivers.filters, host,
-                                                  snapshot)
+            [ev[host] for ev in evidence if host in ev],
+            conf.detection.combine, witnesses)
+        _judge_host(sorting, host, verdict, list(reasons), snapshot,
+                    drivers.filters, recovering)
+    gated = _gate(sorting, drivers.gates, snapshot, now, started, submit)
+    decided = sorting.decided
+    for host, (reasons, servers) in sorting.candidates.items():
+        if host in gated.blocked:
+            why, gate = gated.blocked[host]
             decided[host] = plan_mod.HostDecision(
-                host, D.RECOVERING,
-                tuple(([marker] if marker else []) + reasons),
-                servers, service, rstate, verdict)
-            continue
-        if service is None:
-            continue
-        out = _host_reasons(scope_filters, host, snapshot)
-        if out:
-            decided[host] = plan_mod.HostDecision(
-                host, D.IGNORED, tuple(reasons + out), (), service,
-                verdict=verdict)
-            continue
-        monitored.add(host)
-        if verdict != FAILED:
-            decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED,
-                        DISPUTED: D.DISPUTED}.get(verdict, D.UNKNOWN)
-            decided[host] = plan_mod.HostDecision(
-                host, decision, tuple(reasons), (), service,
-                verdict=verdict)
-            continue
-        failed.add(host)
-        if not snapshot.servers_known(host):
-            # Its servers were not listed in this read (a witness spoke
-            # up after it): never decided as a host without instances.
-            decided[host] = plan_mod.HostDecision(
-                host, D.UNKNOWN, tuple(reasons + [UNREAD_REASON]), (),
-                service, verdict=verdict)
-            continue
-        out = _host_reasons(host_filters, host, snapshot)
-        servers, dropped = _eligible_servers(drivers.filters, host, snapshot)
-        if not out and dropped and not servers:
-            out = ['no eligible instance: %s' % '; '.join(dropped)]
-        if out:
-            decided[host] = plan_mod.HostDecision(
-                host, D.IGNORED, tuple(reasons + out), (), service,
-                verdict=verdict)
-            continue
-        if dropped:
-            reasons.append('not evacuated: %s' % '; '.join(dropped))
-        candidates[host] = (reasons, servers)
-
-    blocked_by: list[str] = []
-    blocking_gates: list[str] = []
-    blocked: dict[str, str] = {}
-    waiting: list = []
-    blocked_gate: dict[str, str] = {}
-    remaining = set(candidates)
-    for gate in drivers.gates:
-        if not remaining:
-            break
-        judged = gate.check(gate_base.GateContext(
-            snapshot=snapshot, now=now, candidates=frozenset(remaining),
-            failed=frozenset(failed), recovering=frozenset(in_recovery),
-            held=frozenset(held),
-            monitored=frozenset(monitored),
-            started=frozenset(remaining) & started,
-            reasons={h: tuple(candidates[h][0]) for h in remaining},
-            servers={h: candidates[h][1] for h in remaining},
-            submit=submit))
-        waiting.extend(getattr(judged, 'waiting', ()))
-        if judged.block_all:
-            why = '%s: %s' % (gate.name, judged.block_all)
-            blocked_by.append(why)
-            blocking_gates.append(gate.name)
-            blocked.update((h, 'gate ' + why) for h in remaining)
-            blocked_gate.update((h, gate.name) for h in remaining)
-            remaining.clear()
-        for host, hwhy in sorted(judged.blocked_hosts.items()):
-            if host in remaining:
-                blocked[host] = 'gate %s: %s' % (gate.name, hwhy)
-                blocked_gate[host] = gate.name
-                remaining.discard(host)
-
-    for host, (reasons, servers) in candidates.items():
-        if host in blocked:
-            decided[host] = plan_mod.HostDecision(
-                host, D.BLOCKED, tuple(reasons + [blocked[host]]), servers,
-                snapshot.service(host), verdict=FAILED,
-                gate=blocked_gate[host])
+                host, D.BLOCKED, tuple(reasons + [why]), servers,
+                snapshot.service(host), verdict=FAILED, gate=gate)
         else:
             decided[host] = plan_mod.HostDecision(
                 host, D.RECOVER, tuple(reasons), servers,
                 snapshot.service(host), verdict=FAILED)
-
     return plan_mod.Plan(
         taken_at=snapshot.taken_at,
         decisions=tuple(decided[h] for h in sorted(decided)),
-        blocked_by=tuple(blocked_by), blocking_gates=tuple(blocking_gates),
-        waiting=tuple(waiting))
+        blocked_by=tuple(gated.blocked_by),
+        blocking_gates=tuple(gated.blocking_gates),
+        waiting=tuple(gated.waiting))
+
+
+def _judge_host(sorting: _Sorting, host: str, verdict: str,
+                reasons: list[str], snapshot: model.Snapshot, filters,
+                recovering: Mapping[str, states.HostState]) -> None:
+    """Decide ``host`` on its verdict, or make it a candidate for gates."""
+    service = snapshot.service(host)
+    rstate = recovery_state(service, recovering, host)
+    decided = sorting.decided
+    if rstate is not None:
+        # Every host in a workflow is unhealthy for the gates, also
+        # those we keep out of service (left_disabled, FAILED) until
+        # an operator hands them back: else a slow cascade takes a
+        # cloud out one host at a time, each under the threshold.
+        sorting.monitored.add(host)
+        sorting.in_recovery.add(host)
+        if rstate in _HELD:
+            sorting.held.add(host)
+        marker = _marker_reason(service)
+        servers, _dropped = _eligible_servers(filters, host, snapshot)
+        decided[host] = plan_mod.HostDecision(
+            host, D.RECOVERING, tuple(([marker] if marker else []) + reasons),
+            servers, service, rstate, verdict)
+        return
+    if service is None:
+        return
+    out = _host_reasons([f for f in filters if f.out_of_scope], host,
+                        snapshot)
+    if out:
+        decided[host] = plan_mod.HostDecision(
+            host, D.IGNORED, tuple(reasons + out), (), service,
+            verdict=verdict)
+        return
+    sorting.monitored.add(host)
+    if verdict != FAILED:
+        decision = {ALIVE: D.HEALTHY, ISOLATED: D.ISOLATED,
+                    DISPUTED: D.DISPUTED}.get(verdict, D.UNKNOWN)
+        decided[host] = plan_mod.HostDecision(
+            host, decision, tuple(reasons), (), service, verdict=verdict)
+        return
+    sorting.failed.add(host)
+    if not snapshot.servers_known(host):
+        # Its servers were not listed in this read (a witness spoke
+        # up after it): never decided as a host without instances.
+        decided[host] = plan_mod.HostDecision(
+            host, D.UNKNOWN, tuple(reasons + [UNREAD_REASON]), (),
+            service, verdict=verdict)
+        return
+    out = _host_reasons([f for f in filters if not f.out_of_scope], host,
+                        snapshot)
+    servers, dropped = _eligible_servers(filters, host, snapshot)
+    if not out and dropped and not servers:
+        out = ['no eligible instance: %s' % '; '.join(dropped)]
+    if out:
+        decided[host] = plan_mod.HostDecision(
+            host, D.IGNORED, tuple(reasons + out), (), service,
+            verdict=verdict)
+        return
+    if dropped:
+        reasons.append('not evacuated: %s' % '; '.join(dropped))
+    sorting.candidates[host] = (reasons, servers)
+
+
+def _gate(sorting: _Sorting, gates, snapshot: model.Snapshot,
+          now: datetime.datetime, started: frozenset,
+          submit: Callable | None) -> _Gated:
+    """Ask each gate in turn about the candidates not yet blocked."""
+    gated = _Gated()
+    candidates = sorting.candidates
+    remaining = set(candidates)
+    for gate in gates:
+        if not remaining:
+            break
+        judged = gate.check(gate_base.GateContext(
+            snapshot=snapshot, now=now, candidates=frozenset(remaining),
+            failed=frozenset(sorting.failed),
+            recovering=frozenset(sorting.in_recovery),
+            held=frozenset(sorting.held),
+            monitored=frozenset(sorting.monitored),
+            started=frozenset(remaining) & started,
+            reasons={h: tuple(candidates[h][0]) for h in remaining},
+            servers={h: candidates[h][1] for h in remaining},
+            submit=submit))
+        gated.waiting.extend(getattr(judged, 'waiting', ()))
+        if judged.block_all:
+            why = '%s: %s' % (gate.name, judged.block_all)
+            gated.blocked_by.append(why)
+            gated.blocking_gates.append(gate.name)
+            gated.blocked.update(
+                (h, ('gate ' + why, gate.name)) for h in remaining)
+            remaining.clear()
+        for host, hwhy in sorted(judged.blocked_hosts.items()):
+            if host in remaining:
+                gated.blocked[host] = ('gate %s: %s' % (gate.name, hwhy),
+                                       gate.name)
+                remaining.discard(host)
+    return gated
