@@ -280,11 +280,15 @@ class TestManagePlanCli(testtools.TestCase):
         wrong = 'Not-The-Password-%d' % os.getpid()
         rc, out, err = self.cli(password=wrong)
         self.assertEqual(1, rc)
-        self.assertEqual('', out)
+        # JSON asked for: the failure is JSON too (and said on stderr).
+        self.assertEqual(1, json.loads(out)['exit_code'])
+        self.assertIn('list nova-compute services: keystone refused the '
+                      'credentials', json.loads(out)['error'])
         self.assertIn('instanceha-manage: error: list nova-compute '
                       'services: keystone refused the credentials', err)
-        self.assertNotIn(wrong, err)
-        self.assertNotIn(self.keystone.admin_password, err)
+        for text in (out, err):
+            self.assertNotIn(wrong, text)
+            self.assertNotIn(self.keystone.admin_password, text)
 
         port = peers.base.free_port()
         rc, out, err = self.cli(extra='[nova]\nauth_url = '
