@@ -127,8 +127,11 @@ class Agent:
 
     def __init__(self, host: str, keyring: keys_mod.KeyRing,
                  collectors: Iterable[tuple[str, int]], interval: float,
-                 wall: Callable[[], float] = time.time, side=None):
+                 wall: Callable[[], float] = time.time, side=None,
+                 clock: Callable[[], float] = time.monotonic):
         protocol.check_host_name(host)
+        #: Dates the heartbeats sent: the host side's clock.
+        self._clock = clock
         #: The host's side (HostSide), or None: heartbeats only.
         self.side = side
         #: Collector addresses that answered: spoken to in version 2.
@@ -192,7 +195,7 @@ class Agent:
         """The next heartbeat in version 1 and, with a host side, 2."""
         self.keyring.reload()
         self.sequence += 1
-        now = time.monotonic()
+        now = self._clock()
         self._sent[self.sequence] = now
         window = max(ANSWER_WINDOW, 2 * self.interval)
         for seq in [q for q, t in self._sent.items() if now - t > window]:
