@@ -95,13 +95,19 @@ class Address:
                 else self.host)
 
 
+_PING_ERRORS: set[str] = set()
+
+
 def probe(address: Address, timeout: float = 1.0,
           ping: str = PING_COMMAND) -> bool:
     """Whether ``address`` answers now.
 
     TCP: only a completed connection counts (a refusal may come from a
-    local firewall rule as well as from the address). ICMP: the ping
-    command's exit status.
+    local firewall rule as well as from the address). ICMP: ping's exit
+    status 0 (answered) or 1 (no answer). A ping that cannot run at all
+    (missing, not permitted: exit status 2) proves nothing about the
+    network, so it counts as an answer (logged once): a host must never
+    take itself for isolated because of its own configuration.
     """
     if address.kind == 'tcp':
         try:
@@ -111,11 +117,26 @@ def probe(address: Address, timeout: float = 1.0,
         except OSError:
             return False
     try:
-        return subprocess.run(
+        done = subprocess.run(
             shlex.split(ping) + [address.host], capture_output=True,
-            timeout=timeout + 2, check=False).returncode == 0
-    except (OSError, subprocess.SubprocessError):
+            timeout=timeout + 2, check=False)
+    except subprocess.TimeoutExpired:
         return False
+    except (OSError, subprocess.SubprocessError) as exc:
+        error = str(exc)
+    else:
+        if done.returncode in (0, 1):
+            return done.returncode == 0
+        error = (done.stderr or done.stdout or b'').decode(
+            'utf-8', 'replace').strip()[:200] or 'exit status %d' % (
+                done.returncode)
+    if error not in _PING_ERRORS:
+        _PING_ERRORS.add(error)
+        LOG.error('cannot ping isolation address %s (%s): it counts as '
+                  'answering, so this host is never taken for isolated '
+                  'through it; use tcp:HOST:PORT or allow ping', address,
+                  error)
+    return True
 
 
 class Prober:

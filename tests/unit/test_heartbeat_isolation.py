@@ -142,6 +142,16 @@ class TestProbes(testtools.TestCase):
         srv.close()
         self.assertFalse(isolation.probe(addr, 1.0))
 
+    def test_ping_answers_no_answer_and_cannot_run(self):
+        log = self.useFixture(fixtures.FakeLogger())
+        addr = isolation.Address.parse('192.0.2.1')
+        self.assertTrue(isolation.probe(addr, 1.0, ping='true'))
+        self.assertFalse(isolation.probe(addr, 1.0, ping='false'))
+        # ping not allowed or missing: proves nothing, never "isolated".
+        self.assertTrue(isolation.probe(addr, 1.0, ping='sh -c "exit 2"'))
+        self.assertTrue(isolation.probe(addr, 1.0, ping='/nonexistent'))
+        self.assertIn('counts as answering', log.output)
+
     def test_prober_round_any_answering(self):
         calls = []
 
