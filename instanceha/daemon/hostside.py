@@ -71,6 +71,8 @@ class HostSide:
         self.detector = detector
         self._policies: dict[str, protocol.Policy] = {}
         self._lock = threading.Lock()
+        #: The snapshot the policies were computed from.
+        self._seen = None
 
     def _leads(self) -> bool:
         env = self.engine.env
@@ -104,8 +106,9 @@ class HostSide:
         policy: a partial read must not look like an empty host.
         """
         snapshot = self.engine.snapshot
-        if snapshot is None:
+        if snapshot is None or snapshot is self._seen:
             return
+        self._seen = snapshot
         # Scope filters (an operator's maintenance, a migrate drain, a
         # frozen shutdown) say whether the host is recovered *now*, not
         # whether its instances are protected: the watchdog stays armed
