@@ -40,7 +40,7 @@ class TestShutdownEndToEnd(e2e.HeartbeatCloudTest):
     def start(self, jobs, **options):
         """host1's agent announces with ``jobs``; the others never do."""
         return self.heartbeat_cloud(options, agent_extra=lambda h: [
-            '--shutdown-jobs-command', jobs, '--answer-timeout', '3']
+            '--shutdown-jobs-command', jobs, '--answer-timeout', '8']
             if h == 'host1' else ['--announce', 'never'])
 
     def agent_log(self, host):
