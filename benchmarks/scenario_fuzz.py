@@ -962,9 +962,14 @@ def _left_behind(sim, case: Case) -> list[tuple[str, str]]:
         if end - last.get(h.name, float('-inf')) < SETTLE:
             continue
         reason = h.disabled_reason or ''
-        if h.beating and h.agent_running and TRANSIENT.match(reason):
-            found.append((MARKER_LEFT, 'host %s runs and reports but ends '
-                          'disabled with %r' % (h.name, reason)))
+        # A shutdown record ends when the host's agent is back, its
+        # nova-compute reporting or not (then it is a process failure).
+        back = h.agent_alive and h.agent_running and (
+            h.beating or reason.startswith('instanceha-shutdown '))
+        if back and TRANSIENT.match(reason):
+            found.append((MARKER_LEFT, 'host %s runs%s but ends disabled '
+                          'with %r' % (h.name, ' and reports' if h.beating
+                                       else '', reason)))
         if (h.powered and h.os_running or not RECOVERED.match(reason)
                 or RECOVERED.match(initial.get(h.name) or '')):
             # (A marker the cloud starts with that says the recovery is
