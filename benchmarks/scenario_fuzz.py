@@ -668,8 +668,9 @@ class Case:
         servers = self._servers()
         if not servers:
             return
+        placed = self.topology()['instances']
         on_focus = [name for name in servers
-                    if self.topology()['instances'][name]['host'] == focus]
+                    if placed[name]['host'] == focus]
         srv = kr.choice(on_focus or servers)
         roll = kr.random()
         if roll < 0.5:
