@@ -49,6 +49,9 @@ Checked on every run:
   over, has no instance left ACTIVE on it that its marker does not name
   as given up.
 
+The checks are in fuzz_checks.py, the fourth stream (below) in
+fuzz_kinds.py, next to this file.
+
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
 violation; ``--write-case DIR --seed N`` writes seed N as a scenario
@@ -88,7 +91,6 @@ import json
 import logging
 import os
 import random
-import re
 import shlex
 import sys
 import tempfile
@@ -99,6 +101,14 @@ import yaml
 from instanceha.sim import runner
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import world as sim_world
+
+# Its two companions sit next to it (it runs as a script, and the tests
+# load it from its path).
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+import fuzz_checks as checks  # noqa: E402,H306
+import fuzz_kinds as kinds  # noqa: E402
 
 #: Kinds of trouble a timeline may contain. The first nine drive the
 #: generator's main random stream (a seed found with them still builds the
@@ -125,92 +135,18 @@ EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
 #: or too short), the hosts' heartbeats spread over Nova's report
 #: interval or not.
 SETTINGS_MIX = ('reads',)
-#: Workflow kinds and operator commands, from a fourth stream (seeds
-#: found before still build the same stories when none of these is
-#: drawn, and always with ``--mix`` limited to the kinds above):
-#: shutdown: a host's agent announces a clean reboot or power-off (a
-#: policy of conditional, freeze, failover or migrate, sometimes set by
-#: an aggregate, sometimes a hang); instance: guests crash (sometimes in
-#: a loop), their users stop, start or delete them; process: nova-compute
-#: dies on a host that lives on (with the heartbeat detector); reload:
-#: an operator edits options and sends SIGHUP; maint: maintenance start
-#: and end; opcmd: the operator's other commands (pause and resume,
-#: fencing by hand, hosts clear, instances clear, disable and enable);
-#: restarts: copies crash, restart or lose the coordination backend at
-#: random moments of the stories above.
-KINDS_MIX = ('shutdown', 'instance', 'process', 'reload', 'maint',
-             'opcmd', 'restarts')
-MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX + KINDS_MIX
+MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
 #: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
 #: builds what the generator built before KINDS_MIX existed.
 MIX_GROUPS = {'base': BASE_MIX, 'extra': EXTRA_MIX,
-              'settings': SETTINGS_MIX, 'kinds': KINDS_MIX, 'all': MIX_ALL}
+              'settings': SETTINGS_MIX, 'kinds': kinds.KINDS_MIX,
+              'all': MIX_ALL}
 
-#: Invariant names, from the simulator's CHECK messages.
-INVARIANTS = (
-    ('leader-only', re.compile(r'which is not the leader')),
-    ('fenced-before-evacuate', re.compile(r'no fencing device confirmed')),
-    ('one-running-copy', re.compile(r'running on .* at once')),
-    ('evacuated-once', re.compile(r'evacuated twice')),
-    ('gate-respected', re.compile(r'although a gate blocked')),
-    ('detect-only-acts-not', re.compile(r'while \[DEFAULT\] disabled')),
-)
-OPERATOR_WINS = 'operator-wins'
-LOCKS_RELEASED = 'locks-released'
-ISOLATED_LIVES = 'isolated-host-not-fenced'
-HEALTHY_LIVES = 'healthy-host-not-fenced'
-MARKER_LEFT = 'no-marker-left-behind'
-STRANDED = 'instances-recovered'
-#: Seconds without anything happening (to a host, or to the service, its
-#: pause and Nova) after which the end state is judged settled.
-SETTLE = 240.0
-#: Timeline commands that touch the service as a whole.
-GLOBAL = ('service', 'coordination', 'pause', 'resume', 'reload', 'set',
-          'clock', 'nova')
-#: Markers of ours that a host running and reporting for SETTLE seconds
-#: no longer carries: it is enabled again (a host left disabled or given
-#: up on waits for an operator and keeps its marker).
-TRANSIENT = re.compile(r'^instanceha:(powering_on|waiting_up|enabling|'
-                       r'service_down) |^instanceha-shutdown ')
-#: Markers of a recovery that is over: every instance it could evacuate
-#: is off the dead host (the others are named in gave_up).
-RECOVERED = re.compile(r'^instanceha:(evacuated|powering_on|waiting_up|'
-                       r'enabling|left_disabled) ')
-#: Timeline commands after which a host may rightly be fenced.
-FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
-            'kdump')
-#: ... and an announced shutdown: a frozen host that does not come back
-#: in time is recovered like a failed one.
-MAY_BE_FENCED = FAILURES + ('announce',)
-END = 900.0
+END = kinds.END
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
 
 
-#: What an operator's reload may change (besides nothing: a plain SIGHUP).
-RELOADS = (
-    (),
-    ('threshold', '100'),
-    ('threshold', '34'),
-    ('evacuation.max_in_flight', '1'),
-    ('shutdown.policy', 'freeze'),
-    ('shutdown.policy', 'failover'),
-    ('shutdown.policy', 'migrate'),
-    ('instance_failure.enabled', 'false'),
-    ('process_failure.enabled', 'false'),
-    ('instance_failure.max_restart', '0'),
-)
-#: [shutdown] policy's values.
-SHUTDOWN_POLICIES = ('conditional', 'freeze', 'failover', 'migrate')
-
-
-def invariant_of(violation: str) -> str:
-    for name, pattern in INVARIANTS:
-        if pattern.search(violation):
-            return name
-    return 'other'
-
-
-class Case:
+class Case(kinds.KindsStream):
     """One generated scenario: files, topology and timeline."""
 
     def __init__(self, seed: int, mix: tuple[str, ...] = MIX_ALL):
@@ -263,7 +199,7 @@ class Case:
         #: The fourth stream (KINDS_MIX): drawn last, so that the three
         #: streams above build what they built before it existed.
         self.kr = random.Random(seed * 32452843 + 41)
-        self.kinds = tuple(k for k in KINDS_MIX
+        self.kinds = tuple(k for k in kinds.KINDS_MIX
                            if k in mix and self.kr.random() < 0.3)
         self._kind_options()
         self._kind_events()
@@ -459,7 +395,7 @@ class Case:
 
     def _failures(self) -> list[tuple[float, str]]:
         return sorted((t, args[0]) for t, name, args in self.timeline
-                      if name in FAILURES)
+                      if name in checks.FAILURES)
 
     def _extra_options(self) -> None:
         xr, opts = self.xr, self.options
@@ -550,181 +486,6 @@ class Case:
         else:
             self._at(t, 'fencing', xr.choice(['off', 'on']), host)
 
-    # -- the fourth stream: every workflow kind, every operator command -----
-
-    def _heartbeat(self) -> None:
-        """Shutdowns and process failures need the heartbeat detector."""
-        opts = self.options
-        detectors = opts['detection.detectors'].split(',')
-        if 'heartbeat' not in detectors:
-            detectors.insert(1, 'heartbeat')
-            opts['detection.detectors'] = ','.join(detectors)
-            opts['heartbeat.key_file'] = 'heartbeat.key'
-            opts['detection.combine'] = self.kr.choice(['veto', 'all'])
-
-    def _kind_options(self) -> None:
-        kr, opts = self.kr, self.options
-        if 'shutdown' in self.kinds:
-            self._heartbeat()
-            opts['shutdown.policy'] = kr.choice(SHUTDOWN_POLICIES)
-            # Short enough for a frozen host that never returns to be
-            # recovered within the run.
-            opts['shutdown.return_timeout'] = str(kr.choice([60, 120, 300]))
-            opts['shutdown.poweroff_grace'] = str(kr.choice([0, 30, 120]))
-            opts['shutdown.drain_timeout'] = str(kr.choice([30, 120, 300]))
-            if kr.random() < 0.3:
-                self.policy_override = kr.choice(SHUTDOWN_POLICIES)
-        if 'process' in self.kinds:
-            self._heartbeat()
-            if kr.random() < 0.3:
-                opts['process_failure.threshold'] = str(kr.choice([0, 50]))
-        if 'instance' in self.kinds:
-            opts['instance_failure.stable_time'] = str(kr.choice(
-                [30, 120, 600]))
-            opts['instance_failure.max_restart'] = str(kr.choice([0, 1, 2]))
-            opts['instance_failure.max_relocate'] = str(kr.choice([0, 1]))
-            if kr.random() < 0.3:
-                opts['instance_failure.storm_size'] = str(kr.choice([1, 3]))
-
-    def _focus(self) -> tuple[str, float]:
-        """A host and a moment: half the time near what befalls a host.
-
-        Two workflow kinds on one host at about the same time (an
-        instance crash on a host that fails, a second announcement,
-        nova-compute dying on a frozen host) are where they meet.
-        """
-        kr = self.kr
-        touched = sorted((t, a) for t, _, args in self.timeline
-                         for a in args if a in self.hosts)
-        if touched and kr.random() < 0.5:
-            t, host = kr.choice(touched)
-            t = min(max(t + kr.uniform(-20, 120), 5), END - 150)
-        else:
-            host, t = kr.choice(self.hosts), kr.uniform(20, END - 300)
-        self.moments.append(t)
-        return host, t
-
-    def _servers(self) -> list[str]:
-        return sorted(self.topology()['instances'])
-
-    def _kind_events(self) -> None:
-        kr = self.kr
-        #: When the stories of this stream happen (for 'restarts').
-        self.moments: list[float] = []
-        if 'shutdown' in self.kinds:
-            for _ in range(kr.randint(1, 2)):
-                host, t = self._focus()
-                self._shutdown(t, host)
-        if 'instance' in self.kinds:
-            for _ in range(kr.randint(1, 3)):
-                self._instance(*self._focus())
-        if 'process' in self.kinds:
-            host, t = self._focus()
-            self._at(t, 'stop-compute', host)
-            if kr.random() < 0.7:
-                self._at(t + kr.uniform(20, 300), 'start-compute', host)
-        if 'reload' in self.kinds:
-            for _ in range(kr.randint(1, 2)):
-                self._at(self._focus()[1], 'reload', *kr.choice(RELOADS))
-        if 'maint' in self.kinds:
-            host, t = self._focus()
-            start = [w for w in ('wait', 'cold') if kr.random() < 0.4]
-            self._at(t, 'maintenance', 'start', host, *start, 'reason',
-                     'fuzz', str(kr.randint(1, 99)))
-            if kr.random() < 0.7:
-                end = [w for w in ('return', 'wait') if kr.random() < 0.5]
-                self._at(t + kr.uniform(30, 300), 'maintenance', 'end', host,
-                         *end)
-        if 'opcmd' in self.kinds:
-            for _ in range(kr.randint(1, 3)):
-                self._command(*self._focus())
-        if 'restarts' in self.kinds:
-            for _ in range(kr.randint(1, 3)):
-                t = (kr.choice(self.moments) + kr.uniform(0, 200)
-                     if self.moments and kr.random() < 0.8
-                     else kr.uniform(20, END - 100))
-                self._leadership(min(t, END - 100), kr)
-
-    def _shutdown(self, t: float, host: str) -> None:
-        """A clean reboot or power-off, sometimes hung, sometimes back."""
-        kr = self.kr
-        kind = kr.choice(['reboot', 'poweroff'])
-        hang = ('hang',) if kr.random() < 0.15 else ()
-        self._at(t, 'announce', host, kind, *hang)
-        if not hang and kr.random() < 0.2:
-            # It announces again after (or during) its first shutdown.
-            self._at(t + kr.uniform(20, 300), 'announce', host,
-                     kr.choice(['reboot', 'poweroff']))
-        if (kind == 'poweroff' or hang) and kr.random() < 0.5:
-            # Someone powers it on again (a hung one: off, then on).
-            back = t + kr.uniform(40, 400)
-            if hang:
-                self._at(back, 'power-off', host)
-            self._at(back + 5, 'power-on', host)
-
-    def _instance(self, focus: str, t: float) -> None:
-        """A guest crashes (sometimes in a loop), or its user acts."""
-        kr = self.kr
-        servers = self._servers()
-        if not servers:
-            return
-        placed = self.topology()['instances']
-        on_focus = [name for name in servers
-                    if placed[name]['host'] == focus]
-        srv = kr.choice(on_focus or servers)
-        roll = kr.random()
-        if roll < 0.5:
-            self._at(t, 'crash-instance', srv)
-        elif roll < 0.75:
-            loop = ('loop', str(kr.choice([5, 20, 60])))
-            times = ('times', str(kr.randint(1, 3))) if kr.random() < 0.6 \
-                else ()
-            self._at(t, 'crash-instance', srv, *loop, *times)
-        elif roll < 0.9:
-            self._at(t, 'stop-instance', srv)
-            if kr.random() < 0.5:
-                self._at(t + kr.uniform(10, 200), 'start-instance', srv)
-        else:
-            self._at(t, 'delete-instance', srv)
-
-    def _command(self, host: str, t: float) -> None:
-        """One of the operator's commands, at any moment."""
-        kr = self.kr
-        what = kr.choice(['pause', 'fencing', 'hosts-clear',
-                          'instances-clear', 'disable'])
-        if what == 'pause':
-            self._at(t, 'pause', kr.choice(['30', '120', '400',
-                                            'indefinite']))
-            if kr.random() < 0.6:
-                self._at(t + kr.uniform(5, 200), 'resume')
-        elif what == 'fencing':
-            self._at(t, 'fencing', 'off', host)
-            if kr.random() < 0.7:
-                self._at(t + kr.uniform(20, 200), 'fencing', 'on', host)
-        elif what == 'hosts-clear':
-            self._at(t, 'hosts', 'clear', host,
-                     *(('enable',) if kr.random() < 0.3 else ()))
-        elif what == 'instances-clear' and self._servers():
-            self._at(t, 'instances', 'clear', kr.choice(self._servers()),
-                     *(('start',) if kr.random() < 0.5 else ()))
-        else:
-            self._at(t, 'disable', host, 'operator', 'holds', 'it',
-                     str(kr.randint(1, 99)))
-            if kr.random() < 0.6:
-                self._at(t + kr.uniform(10, 300), 'enable', host)
-
-    def _leadership(self, t: float, r: random.Random) -> None:
-        """A copy crashes, restarts, stops, or the backend fails."""
-        if r.random() < 0.2:
-            self._at(t, 'coordination', 'down')
-            self._at(t + r.uniform(2, 60), 'coordination', 'up')
-            return
-        copy = r.choice(self.copies)
-        what = r.choice(['crash', 'crash', 'restart', 'stop'])
-        self._at(t, 'service', what, copy)
-        if what != 'restart':
-            self._at(t + r.uniform(1, 60), 'service', 'start', copy)
-
     def commands(self) -> list[sim_scenario.Command]:
         ordered = sorted(self.timeline, key=lambda c: c[0])
         return [sim_scenario.Command(float(t), name, args, i + 1)
@@ -787,79 +548,6 @@ class Case:
             timeline=self.commands())
 
 
-class _StuckGuard:
-    """Ends a run whose simulated time stops moving (a livelock)."""
-
-    LIMIT = 20000
-
-    def __init__(self, sim):
-        self.sim = sim
-        self.t = None
-        self.same = 0
-        self.stuck_at = None
-
-    def __call__(self) -> bool:
-        t = self.sim.clock.t
-        self.same = self.same + 1 if t == self.t else 0
-        self.t = t
-        if self.same >= self.LIMIT:
-            self.stuck_at = t
-            return True
-        return False
-
-
-def _watch_power_offs(world, case: Case) -> list[tuple[str, str]]:
-    """Record power-off requests for hosts that must live.
-
-    A host that never failed in the timeline; and, with the heartbeat
-    detector (whose fresh heartbeat must veto Nova's "failed" for a host
-    cut off from Nova alone, R15), a running, heartbeating host.
-    """
-    found: list[str] = []
-    heartbeat = 'heartbeat' in case.options['detection.detectors']
-    failed_at = {}
-    for t, name, args in case.timeline:
-        host = (args[1] if name == 'fencing' and len(args) > 1
-                else args[0] if name in MAY_BE_FENCED else None)
-        if host is not None:  # a failure, or an operator's power-off
-            failed_at[host] = min(t, failed_at.get(host, t))
-    for h in case.markers:
-        # Forced down with a marker of ours: declared down in Nova (a
-        # recovery still going on, an adopted claim, or a host an
-        # operator enables without clearing forced_down): it may rightly
-        # be fenced.
-        failed_at[h] = 0
-    # An operator's "fencing off" powers the host off through the same
-    # devices (in the minutes after the command): not ours to judge.
-    by_hand = [(t, args[1]) for t, name, args in case.timeline
-               if name == 'fencing' and args[:1] == ('off',)]
-    request = world.device_request
-
-    def checked(name, state, remaining):
-        h = world.hosts.get(world.device(name).host)
-        now = world.clock.t
-        if h is not None and any(host == h.name and 0 <= now - t <= 150
-                                 for t, host in by_hand):
-            return request(name, state, remaining)
-        if state == 'off' and h is not None:
-            # (An agent that announced a shutdown stopped: the host is
-            # shutting down, not isolated; failover fences a rebooting
-            # host for real.)
-            if heartbeat and h.agent_alive and h.agent_running \
-                    and not h.beating:
-                found.append((ISOLATED_LIVES, 't=%g power off %s (device '
-                              '%s) while it runs and its heartbeat gets '
-                              'through' % (now, h.name, name)))
-            elif failed_at.get(h.name, now + 1) > now:
-                found.append((HEALTHY_LIVES, 't=%g power off %s (device '
-                              '%s), which never failed' % (now, h.name,
-                                                           name)))
-        return request(name, state, remaining)
-
-    world.device_request = checked
-    return found
-
-
 def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             directory: str | None = None) -> dict:
     """Build and run seed ``seed``; its violations by invariant."""
@@ -868,10 +556,10 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
-        wrong_power_offs = _watch_power_offs(sim.world, case)
+        wrong_power_offs = checks.watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None
-        stuck = _StuckGuard(sim)
+        stuck = checks.StuckGuard(sim)
         try:
             result = sim.run(stop_when=stuck)
             violations = list(result.violations)
@@ -883,109 +571,14 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
             violations = []
             error = '%s: %s' % (type(exc).__name__, exc)
         wall = time.perf_counter() - started
-    found = [(invariant_of(v), v) for v in violations]
+    found = [(checks.invariant_of(v), v) for v in violations]
     found += wrong_power_offs
     if error is None:
-        for host, reason in sorted(case.expected_operator_reasons().items()):
-            h = sim.world.hosts.get(host)
-            if h is not None and (h.status != 'disabled'
-                                  or h.disabled_reason != reason):
-                found.append((OPERATOR_WINS, 'host %s: the operator '
-                              'disabled it (%r) but it ends %s (%r)' % (
-                                  host, reason, h.status,
-                                  h.disabled_reason)))
-        # Our locks end with the recovery: an instance not locked at the
-        # start, at rest at the end, is not left locked.
-        start = case.topology()['instances']
-        recovering = {h.name for h in sim.world.hosts.values()
-                      if re.match(r'instanceha:(fenced|evacuating) ',
-                                  h.disabled_reason or '')}
-        # Or as a running copy holds it: an operator who enabled a host
-        # mid-evacuation erased the marker, not the evacuation.
-        for copy in sim.copies.values():
-            if copy.running and hasattr(copy.engine, 'host_states'):
-                recovering.update(
-                    h for h, st in copy.engine.host_states().items()
-                    if getattr(st, 'value', st) in ('fenced', 'evacuating'))
-        for name, srv in sorted(sim.world.servers.items()):
-            m = re.match(r'instanceha: evacuating from (\S+)',
-                         srv.locked_reason or '')
-            if m and m.group(1) in recovering:
-                continue  # its recovery is still going on at the end
-            if (srv.locked and not start.get(name, {}).get('locked')
-                    and not srv.task_state):
-                found.append((LOCKS_RELEASED, 'instance %s ends locked '
-                              '(%s) on %s, status %s' % (
-                                  name, srv.locked_reason, srv.host,
-                                  srv.status)))
-        found += _left_behind(sim, case)
+        found += checks.at_rest(sim, case)
     else:
         found.append(('engine-error', error))
     return {'seed': seed, 'violations': found, 'wall_s': wall,
             'simulated_s': sim.clock.t, 'events': len(case.timeline)}
-
-
-def _settled_since(case: Case) -> tuple[float, dict[str, float]]:
-    """When the service, and each host, last had something happen."""
-    names = set(case.hosts) | set(case.pdus.values())
-    device_host = {pdu: h for h, pdu in case.pdus.items()}
-    last_global = float('-inf')
-    last: dict[str, float] = {h: 0.0 for h in case.markers}
-    for t, name, args in case.timeline:
-        if name in GLOBAL:
-            last_global = max(last_global, t)
-        for arg in args:
-            if arg in names:
-                host = device_host.get(arg, arg)
-                last[host] = max(last.get(host, t), t)
-    return last_global, last
-
-
-def _left_behind(sim, case: Case) -> list[tuple[str, str]]:
-    """Markers of ours on hosts long fine, instances left on dead ones.
-
-    Judged only once everything has settled: no command to the service
-    (restarts, pause, reloads, Nova faults) for SETTLE seconds, nothing
-    paused, a leader, and per host nothing done to it for as long.
-    """
-    w, end = sim.world, sim.clock.t
-    last_global, last = _settled_since(case)
-    if (end - last_global < SETTLE or sim.pause_store.pause is not None
-            or not sim.election.backend_up
-            or sim.election.leader() is None):
-        return []
-    found = []
-    topology = case.topology()
-    start = topology['instances']
-    initial = {h: spec.get('disabled_reason')
-               for h, spec in topology['hosts'].items()}
-    for h in sorted(w.hosts.values(), key=lambda h: h.name):
-        if end - last.get(h.name, float('-inf')) < SETTLE:
-            continue
-        reason = h.disabled_reason or ''
-        # A shutdown record ends when the host's agent is back, its
-        # nova-compute reporting or not (then it is a process failure).
-        back = h.agent_alive and h.agent_running and (
-            h.beating or reason.startswith('instanceha-shutdown '))
-        if back and TRANSIENT.match(reason):
-            found.append((MARKER_LEFT, 'host %s runs%s but ends disabled '
-                          'with %r' % (h.name, ' and reports' if h.beating
-                                       else '', reason)))
-        if (h.powered and h.os_running or not RECOVERED.match(reason)
-                or RECOVERED.match(initial.get(h.name) or '')):
-            # (A marker the cloud starts with that says the recovery is
-            # over claims what no copy of this run did: the copies rightly
-            # believe it, whatever the generated cloud left on the host.)
-            continue
-        for srv in sorted(w.servers.values(), key=lambda s: s.name):
-            if (srv.host == h.name and srv.status == 'ACTIVE'
-                    and not srv.task_state and not srv.running_on
-                    and not start.get(srv.name, {}).get('locked')
-                    and srv.id not in reason and srv.name not in reason):
-                found.append((STRANDED, 'instance %s ends ACTIVE on %s, '
-                              'which is off, while its recovery is over '
-                              '(%r)' % (srv.name, h.name, reason)))
-    return found
 
 
 def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
@@ -1017,11 +610,8 @@ def run_many(seeds, mix: tuple[str, ...] = MIX_ALL) -> dict:
 
 
 def table(report: dict) -> str:
-    names = [n for n, _ in INVARIANTS] + [OPERATOR_WINS, LOCKS_RELEASED,
-                                          ISOLATED_LIVES,
-                                          HEALTHY_LIVES, MARKER_LEFT,
-                                          STRANDED, 'engine-error',
-                                          'other']
+    names = [n for n, _ in checks.INVARIANTS] + list(checks.AT_REST) + [
+        'engine-error', 'other']
     rows = [('runs', str(report['runs'])),
             ('seeds', '%s..%s' % tuple(report['seeds'])
              if report['seeds'] else '-'),

@@ -102,11 +102,11 @@ class TestScenarioFuzz(testtools.TestCase):
     def test_violations_are_found_and_named(self):
         # The checker must be able to fail: a disabled host the engine
         # re-enabled, and the simulator's own CHECK messages.
-        self.assertEqual('fenced-before-evacuate', self.gen.invariant_of(
+        self.assertEqual('fenced-before-evacuate', self.gen.checks.invariant_of(
             'evacuate vm-1 from c-1, which no fencing device confirmed off'))
-        self.assertEqual('leader-only', self.gen.invariant_of(
+        self.assertEqual('leader-only', self.gen.checks.invariant_of(
             'fence c-1 by ha-b, which is not the leader'))
-        self.assertEqual('other', self.gen.invariant_of('something new'))
+        self.assertEqual('other', self.gen.checks.invariant_of('something new'))
 
     def test_kinds_leave_earlier_stories_alone(self):
         # The fourth stream is drawn last: without its kinds a seed
@@ -130,9 +130,9 @@ class TestScenarioFuzz(testtools.TestCase):
             kinds.update(case.kinds)
             commands.update(name for _, name, _ in case.timeline)
             policies.add(case.options.get('shutdown.policy'))
-        self.assertEqual(set(self.gen.KINDS_MIX), kinds)
+        self.assertEqual(set(self.gen.kinds.KINDS_MIX), kinds)
         self.assertEqual([], sorted(set(COMMANDS) - commands))
-        self.assertLessEqual(set(self.gen.SHUTDOWN_POLICIES), policies)
+        self.assertLessEqual(set(self.gen.kinds.SHUTDOWN_POLICIES), policies)
 
     def test_left_behind_is_found(self):
         # The end-of-run checks can fail: a marker of ours on a host that
@@ -142,7 +142,7 @@ class TestScenarioFuzz(testtools.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             sim = runner.Simulation(case.write(tmp))
             sim.run()
-        self.assertEqual([], self.gen._left_behind(sim, case))
+        self.assertEqual([], self.gen.checks.left_behind(sim, case))
         srv = sorted((s for s in sim.world.servers.values()
                       if s.status == 'ACTIVE' and not s.locked),
                      key=lambda s: s.name)[0]
@@ -154,8 +154,8 @@ class TestScenarioFuzz(testtools.TestCase):
         dead.chassis_on = dead.os_running = False
         srv.running_on.clear()
         dead.disabled_reason = 'instanceha:evacuated 2026-01-01T00:00:00Z'
-        found = self.gen._left_behind(sim, case)
-        self.assertEqual([self.gen.MARKER_LEFT, self.gen.STRANDED],
+        found = self.gen.checks.left_behind(sim, case)
+        self.assertEqual([self.gen.checks.MARKER_LEFT, self.gen.checks.STRANDED],
                          [k for k, _ in found], found)
         self.assertIn(srv.name, found[1][1])
 
