@@ -540,7 +540,9 @@ def _no_redis_retries(driver) -> None:
     redis-py 5+ retries a failed connection with exponential back-off and
     tooz retries that 15 times: about a minute per call to a stopped
     server, during which a follower cannot notice the backend is back.
-    Leadership is judged by the clock, so the retries buy nothing.
+    Leadership is judged by the clock, so the retries buy nothing. tooz
+    has no option for it: this replaces its driver's client factory, the
+    only reach into tooz internals (RedisRetriesPinTest pins it).
     """
     from redis import backoff
     from redis import retry

@@ -23,6 +23,22 @@ from instanceha import conf as ha_conf
 from instanceha import exceptions
 
 
+def table(header: tuple, rows: list[tuple], right: tuple = ()) -> str:
+    """Every ``list``/``history`` table: columns padded to their widest.
+
+    None prints as ``-``; columns whose index is in ``right`` are
+    right-aligned (counts); the last column is never padded, so no line
+    ends in spaces.
+    """
+    cells = [tuple('-' if v is None else str(v) for v in r)
+             for r in [header] + list(rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return '\n'.join('  '.join(
+        [v.rjust(w) if i in right else v.ljust(w)
+         for i, (v, w) in enumerate(zip(r[:-1], widths))] + [r[-1]]
+    ).rstrip() for r in cells)
+
+
 def wants_json(argv: list[str]) -> bool:
     """Whether the command line asks for JSON on stdout.
 

@@ -24,6 +24,7 @@ import re
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha import exceptions
 from instanceha.ops import history
 
@@ -48,14 +49,6 @@ def parse_since(text: str, now: datetime.datetime) -> datetime.datetime:
         '2026-11-30, or an age such as 90m, 12h or 7d' % text)
 
 
-def _table(header: tuple, rows: list[tuple]) -> str:
-    table = [header] + [tuple('-' if v is None else str(v) for v in r)
-                        for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    return '\n'.join('  '.join(v.ljust(w) for v, w in zip(r, widths)
-                               ).rstrip() for r in table)
-
-
 def _ts(when) -> str | None:
     return when.strftime('%Y-%m-%dT%H:%M:%SZ') if when else None
 
@@ -78,8 +71,8 @@ def format_host(host: str, recoveries: list[history.Recovery]) -> str:
             rec.recovery_id or '-', host, rec.state or 'finished',
             _ts(rec.started) or '-', len(rec.instances)))
         if rec.instances:
-            out.append(_table(MOVE_HEADER,
-                              [_move_row(m) for m in rec.instances]))
+            out.append(common.table(
+                MOVE_HEADER, [_move_row(m) for m in rec.instances]))
         out.append('')
     return '\n'.join(out).rstrip()
 
@@ -88,8 +81,9 @@ def format_instance(server: str, moves: list[history.InstanceMove]) -> str:
     if not moves:
         return ('no evacuation or migration of %s in Nova\'s records'
                 % server)
-    return _table(('MOVE',) + MOVE_HEADER[1:] + ('BY',),
-                  [(m.kind,) + _move_row(m)[1:] + (m.user,) for m in moves])
+    return common.table(
+        ('MOVE',) + MOVE_HEADER[1:] + ('BY',),
+        [(m.kind,) + _move_row(m)[1:] + (m.user,) for m in moves])
 
 
 def _cloud(conf):

@@ -26,6 +26,7 @@ import json
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha.cmd import manage_history
 from instanceha.engine import marker
 from instanceha.engine import model
@@ -92,14 +93,10 @@ def _list(conf: cfg.ConfigOpts) -> int:
         return 0
     header = ('HOST', 'STATUS', 'STATE', 'FORCED', 'INSTANCEHA', 'SINCE',
               'NOTE')
-    table = [header] + [
+    print(common.table(header, [
         (r['host'], r['status'], r['state'],
-         'yes' if r['forced_down'] else 'no', r['instanceha'] or '-',
-         r['since'] or '-', r['note']) for r in rows]
-    widths = [max(len(str(row[i])) for row in table) for i in range(6)]
-    for row in table:
-        print('  '.join([str(v).ljust(w) for v, w in zip(row, widths)] +
-                        [str(row[6])]).rstrip())
+         'yes' if r['forced_down'] else 'no', r['instanceha'],
+         r['since'], r['note']) for r in rows]))
     return 0
 
 

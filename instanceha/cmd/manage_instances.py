@@ -26,6 +26,7 @@ import time
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha.cmd import manage_history
 from instanceha.engine import instance_failure as inst
 from instanceha.engine import model
@@ -60,16 +61,12 @@ def _list(conf: cfg.ConfigOpts) -> int:
     if conf.command.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
-    table = [('SERVER', 'ID', 'HOST', 'STATUS', 'RESTARTS', 'RELOCATIONS',
-              'STEP', 'ERROR')] + [
-        (r['server'], r['id'], r['host'] or '-', r['status'],
-         '-' if r['restarts'] is None else r['restarts'],
-         '-' if r['relocations'] is None else r['relocations'],
-         r['step'] or '-', r['error'] or '') for r in rows]
-    widths = [max(len(str(row[i])) for row in table) for i in range(7)]
-    for row in table:
-        print('  '.join([str(v).ljust(w) for v, w in zip(row, widths)] +
-                        [str(row[7])]).rstrip())
+    print(common.table(
+        ('SERVER', 'ID', 'HOST', 'STATUS', 'RESTARTS', 'RELOCATIONS', 'STEP',
+         'ERROR'),
+        [(r['server'], r['id'], r['host'] or '-', r['status'], r['restarts'],
+          r['relocations'], r['step'] or '-', r['error'] or '')
+         for r in rows]))
     return 0
 
 

@@ -24,13 +24,14 @@ import sys
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha.engine import plan as plan_mod
 from instanceha import exceptions
 from instanceha.plugins import loader
 
 
 def format_table(plan: plan_mod.Plan) -> str:
-    rows = [('HOST', 'DECISION', 'VERDICT', 'INSTANCES', 'REASONS')]
+    rows = []
     for d in plan.decisions:
         decision = d.decision.value
         if d.recovery_state is not None:
@@ -40,12 +41,8 @@ def format_table(plan: plan_mod.Plan) -> str:
             plan_mod.Decision.RECOVERING) else '-')
         rows.append((d.host, decision, d.verdict or '-', count,
                      '; '.join(d.reasons)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ['  '.join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
-                        r[2].ljust(widths[2]), r[3].rjust(widths[3]),
-                        r[4]]).rstrip()
-             for r in rows]
-    lines.append('')
+    lines = [common.table(('HOST', 'DECISION', 'VERDICT', 'INSTANCES',
+                           'REASONS'), rows, right=(3,)), '']
     lines.append('snapshot taken at %s' % plan.taken_at.isoformat())
     lines.extend('plan blocked by %s' % why for why in plan.blocked_by)
     return '\n'.join(lines)

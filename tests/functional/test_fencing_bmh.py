@@ -306,7 +306,10 @@ class TestBmhInCluster(test_fencing.FencingTestBase):
         api = self.useFixture(KubeApiStandIn(['worker-0'],
                                              tls_files=(cert, key)))
         self.useFixture(fixtures.MonkeyPatch(
-            'instanceha.plugins.fencing.bmh.SA_DIR', sa_dir))
+            'instanceha.adapters.kubernetes.SA_TOKEN', token_path))
+        self.useFixture(fixtures.MonkeyPatch(
+            'instanceha.adapters.kubernetes.SA_CA',
+            os.path.join(sa_dir, 'ca.crt')))
         self.useFixture(fixtures.EnvironmentVariable(
             'KUBERNETES_SERVICE_HOST', '127.0.0.1'))
         self.useFixture(fixtures.EnvironmentVariable(

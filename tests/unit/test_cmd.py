@@ -139,3 +139,16 @@ class TestJsonOutputWhenSomethingFails(testtools.TestCase):
             self.assertNotIn('Not-a-Secret-1', out + err, cmd)
         # ... where keystoneauth's warning about the refused connection is.
         self.assertIn('WARNING keystoneauth', errs[0])
+
+
+class TestTable(testtools.TestCase):
+
+    def test_one_formatter_for_every_table(self):
+        from instanceha.cmd import common
+
+        text = common.table(('HOST', 'N', 'NOTE'),
+                            [('compute-10', 3, None), ('c1', 12, 'late')],
+                            right=(1,))
+        self.assertEqual('HOST         N  NOTE\n'
+                         'compute-10   3  -\n'
+                         'c1          12  late', text)

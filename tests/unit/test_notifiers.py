@@ -290,3 +290,19 @@ class TestMessagingExtra(testtools.TestCase):
                                     messaging.MessagingNotifier(conf)
                                     .validate)
         self.assertIn('pip install "instanceha[messaging]"', str(exc))
+
+
+class TestKubernetesAdapter(testtools.TestCase):
+    """One in-cluster setup for the BMH fencer and the notifier."""
+
+    def test_in_cluster_api_url(self):
+        from instanceha.adapters import kubernetes as kube
+
+        for host, url in (('10.0.0.1', 'https://10.0.0.1:6443'),
+                          ('fd00::1', 'https://[fd00::1]:6443')):
+            self.useFixture(fixtures.EnvironmentVariable(
+                'KUBERNETES_SERVICE_HOST', host))
+            self.useFixture(fixtures.EnvironmentVariable(
+                'KUBERNETES_SERVICE_PORT', '6443'))
+            self.assertTrue(kube.in_cluster())
+            self.assertEqual(url, kube.in_cluster_api())

@@ -111,19 +111,21 @@ class NotConfirmedError(DeviceError):
 
 # -- parameters ---------------------------------------------------------------
 
-_TRUE = ('1', 'true', 'yes', 'on')
-_FALSE = ('0', 'false', 'no', 'off')
+_BOOLEAN = cfg.types.Boolean()
 
 
 def to_bool(value: Any) -> bool:
+    """A boolean parameter, read as oslo.config reads a BoolOpt.
+
+    The same words work in the fencing file as in instanceha.conf:
+    true/false, yes/no, on/off, 1/0.
+    """
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError('expected true or false, got %r' % (value,))
+    try:
+        return _BOOLEAN(str(value).strip())
+    except ValueError:
+        raise ValueError('expected true or false, got %r' % (value,)) from None
 
 
 def to_port(value: Any) -> int:

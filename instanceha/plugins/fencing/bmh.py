@@ -34,12 +34,12 @@ import tempfile
 import requests
 import yaml
 
+from instanceha.adapters import kubernetes as kube
 from instanceha.plugins.fencing import base
 
 GROUP_PATH = '/apis/metal3.io/v1alpha1'
 ANNOTATION = 'reboot.metal3.io/instanceha'
 HARD = json.dumps({'mode': 'hard'})
-SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 
 
 class BmhFencing(base.FencingDriver):
@@ -99,14 +99,12 @@ class BmhFencing(base.FencingDriver):
                     self.params['token'])
         elif self.params.get('kubeconfig'):
             self._from_kubeconfig()
-        elif os.environ.get('KUBERNETES_SERVICE_HOST'):
+        elif kube.in_cluster():
             self._session = self._new_session()
-            self._api = 'https://%s:%s' % (
-                os.environ['KUBERNETES_SERVICE_HOST'],
-                os.environ.get('KUBERNETES_SERVICE_PORT', '443'))
-            self._token_file = os.path.join(SA_DIR, 'token')
-            ca = os.path.join(SA_DIR, 'ca.crt')
-            if self._session.verify is True and os.path.exists(ca):
+            self._api = kube.in_cluster_api()
+            self._token_file = kube.SA_TOKEN
+            ca = kube.in_cluster_ca()
+            if self._session.verify is True and ca:
                 self._session.verify = ca
         else:
             self._fail('no Kubernetes credentials: set api_url and token, '
@@ -204,8 +202,7 @@ class BmhFencing(base.FencingDriver):
         if self._token_file:
             # Service account tokens rotate: read it for every request.
             try:
-                with open(self._token_file) as f:
-                    token = f.read().strip()
+                token = kube.read_token(self._token_file)
             except OSError as exc:
                 raise base.AuthError(self, 'cannot read token file %s: %s'
                                      % (self._token_file, exc.strerror)

@@ -73,6 +73,7 @@ class RedfishFencing(base.FencingDriver):
         super().__init__(*args, **kwargs)
         self._root = None
         self._system = None
+        self._control: ConnectorControl | None = None
         self._conn_lock = threading.Lock()
 
     def describe_target(self) -> str:
@@ -122,10 +123,9 @@ class RedfishFencing(base.FencingDriver):
             server_side_retries=1, server_side_retries_delay=1)
         cert = self.params.get('client_cert')
         if cert:
-            # sushy has no option for client certificates; its requests
-            # session takes them.
-            conn._session.cert = ((cert, self.params['client_key'])
-                                  if self.params.get('client_key') else cert)
+            ConnectorControl(conn).use_client_cert(
+                (cert, self.params['client_key'])
+                if self.params.get('client_key') else cert)
         auth_cls = {'auto': sushy.auth.SessionOrBasicAuth,
                     'session': sushy.auth.SessionAuth,
                     'basic': sushy.auth.BasicAuth}[self.params['auth_type']]
@@ -134,7 +134,7 @@ class RedfishFencing(base.FencingDriver):
         root = sushy.Sushy(self.params['address'], auth=auth,
                            connector=conn, verify=verify)
         system = root.get_system(self._system_path())
-        return root, system
+        return root, system, ConnectorControl(conn)
 
     def _system_path(self) -> str | None:
         system_id = self.params.get('system_id')
@@ -157,16 +157,13 @@ class RedfishFencing(base.FencingDriver):
                 with self._conn_lock:
                     cached = self._system is not None
                     if not cached:
-                        self._root, self._system = self._connect(deadline)
+                        self._root, self._system, self._control = (
+                            self._connect(deadline))
                     system = self._system
                     # The session outlives one call; bound each request by
-                    # what is left of this call's time (sushy has no
-                    # per-request option for it).
-                    conn = getattr(self._root, '_conn', None)
-                    if conn is not None and hasattr(
-                            conn, '_default_request_timeout'):
-                        conn._default_request_timeout = max(
-                            1.0, self.remaining(deadline))
+                    # what is left of this call's time.
+                    self._control.bound_requests(
+                        max(1.0, self.remaining(deadline)))
                 return fn(system)
             except sushy_exc.AccessError as exc:
                 self._drop()
@@ -277,3 +274,26 @@ class RedfishFencing(base.FencingDriver):
 
 def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + '...'
+
+
+class ConnectorControl:
+    """What sushy's Connector offers no public interface for, in one place.
+
+    sushy takes a client certificate only through its requests session,
+    and a request timeout only when the connector is made, while one
+    session serves many calls, each with its own deadline. Both reach into
+    the connector here and nowhere else; tests/unit/test_redfish_sushy.py
+    pins that sushy still honours them, so a sushy release that changes
+    its internals fails a test instead of silently ignoring a setting.
+    """
+
+    def __init__(self, connector: Any):
+        self.connector = connector
+
+    def use_client_cert(self, cert: str | tuple[str, str]) -> None:
+        """Present ``cert`` (file, or (cert, key) files) to the BMC."""
+        self.connector._session.cert = cert
+
+    def bound_requests(self, seconds: float) -> None:
+        """Give up each further request after ``seconds``."""
+        self.connector._default_request_timeout = seconds

@@ -30,11 +30,11 @@ import urllib.parse
 
 import requests
 
+from instanceha.adapters import kubernetes as kube
 from instanceha.engine import events
 from instanceha import exceptions
 from instanceha.plugins.notifiers import base
 
-SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount'
 ANNOTATION = 'instanceha.openstack.org/'
 #: The API server refuses longer Event messages.
 MAX_MESSAGE = 1024
@@ -78,7 +78,7 @@ class KubernetesNotifier(base.HttpNotifierDriver):
             if not getattr(g, 'kubernetes_' + opt):
                 self._fail('option [notifications] kubernetes_%s is not set'
                            % opt)
-        in_cluster = bool(os.environ.get('KUBERNETES_SERVICE_HOST'))
+        in_cluster = kube.in_cluster()
         if g.kubernetes_api_url:
             parts = urllib.parse.urlsplit(g.kubernetes_api_url)
             if parts.scheme not in ('http', 'https') or not parts.hostname:
@@ -87,21 +87,19 @@ class KubernetesNotifier(base.HttpNotifierDriver):
                            % g.kubernetes_api_url)
             self._api = g.kubernetes_api_url.rstrip('/')
         elif in_cluster:
-            self._api = 'https://%s:%s' % (
-                os.environ['KUBERNETES_SERVICE_HOST'],
-                os.environ.get('KUBERNETES_SERVICE_PORT', '443'))
+            self._api = kube.in_cluster_api()
         else:
             self._fail('no API server: set [notifications] '
                        'kubernetes_api_url or run in a cluster')
         self._token_file = g.kubernetes_token_file or (
-            os.path.join(SA_DIR, 'token') if in_cluster else '')
+            kube.SA_TOKEN if in_cluster else '')
         if self._token_file and not os.access(self._token_file, os.R_OK):
             self._fail('option [notifications] kubernetes_token_file: '
                        'cannot read %s' % self._token_file)
         self._verify = g.kubernetes_verify
         if self._verify:
             ca = g.kubernetes_ca_file or (
-                os.path.join(SA_DIR, 'ca.crt') if in_cluster else None)
+                kube.in_cluster_ca() if in_cluster else None)
             if ca and os.path.exists(ca):
                 self._verify = ca
 
@@ -145,8 +143,8 @@ class KubernetesNotifier(base.HttpNotifierDriver):
                    'Accept': 'application/json'}
         if self._token_file:
             try:
-                with open(self._token_file) as f:
-                    headers['Authorization'] = 'Bearer ' + f.read().strip()
+                headers['Authorization'] = 'Bearer ' + kube.read_token(
+                    self._token_file)
             except OSError as exc:
                 raise exceptions.NotifierError(
                     'cannot read token file %s: %s'
