@@ -100,7 +100,7 @@ def _section(data: Any, key: str, path: str, what: str) -> dict:
 
 def convert_clouds(clouds: dict, secure: dict | None, name: str | None,
                    path: str, result: Result) -> None:
-    """clouds.yaml (+ secure.yaml) -> [nova] options and the password."""
+    """clouds.yaml (+ secure.yaml) -> [nova] options and the secret."""
     entries = _section(clouds, 'clouds', path, 'clouds file')
     if name is None:
         name = os.environ.get('OS_CLOUD') or (
@@ -111,15 +111,28 @@ def convert_clouds(clouds: dict, secure: dict | None, name: str | None,
             % (path, name, ', '.join(sorted(entries))))
     cloud = entries[name] or {}
     auth = dict(cloud.get('auth') or {})
-    secret_auth = ((secure or {}).get('clouds') or {}).get(name) or {}
-    password = (secret_auth.get('auth') or {}).get('password') or auth.pop(
-        'password', None)
-    result.set('nova', 'auth_type', 'password')
-    for key in ('auth_url', 'username', 'user_id', 'project_name',
-                'project_id', 'user_domain_name', 'user_domain_id',
-                'project_domain_name', 'project_domain_id'):
-        if auth.get(key):
-            result.set('nova', key, auth[key])
+    secret_auth = dict(((secure or {}).get('clouds') or {}).get(name, {})
+                       .get('auth') or {})
+    # An application credential (as Red Hat InstanceHA can log in with)
+    # or a password.
+    credential = bool(auth.get('application_credential_id') or secret_auth.get(
+        'application_credential_id') or 'applicationcredential' in str(
+            cloud.get('auth_type') or ''))
+    secret_key = ('application_credential_secret' if credential
+                  else 'password')
+    secret = secret_auth.get(secret_key) or auth.pop(secret_key, None)
+    auth_type = 'v3applicationcredential' if credential else 'password'
+    result.set('nova', 'auth_type', auth_type)
+    keys = (('auth_url', 'application_credential_id',
+             'application_credential_name', 'username', 'user_id',
+             'user_domain_name', 'user_domain_id') if credential else
+            ('auth_url', 'username', 'user_id', 'project_name', 'project_id',
+             'user_domain_name', 'user_domain_id', 'project_domain_name',
+             'project_domain_id'))
+    for key in keys:
+        value = auth.get(key) or secret_auth.get(key)
+        if value:
+            result.set('nova', key, value)
     for key in ('region_name',):
         if cloud.get(key):
             result.set('nova', key, cloud[key])
@@ -130,16 +143,16 @@ def convert_clouds(clouds: dict, secure: dict | None, name: str | None,
     if cloud.get('verify') is False:
         result.set('nova', 'insecure', True)
     result.note('mapped', 'clouds.yaml %s' % name, '[nova] auth_type = '
-                'password with %s' % ', '.join(
+                '%s with %s' % (auth_type, ', '.join(
                     sorted(k for k in result.conf['nova']
-                           if k != 'auth_type')))
-    if password:
-        result.secrets.setdefault('nova', {})['password'] = str(password)
-        result.note('mapped', 'secure.yaml %s password' % name,
-                    '[nova] password in secrets.conf (mode 0600)')
+                           if k != 'auth_type'))))
+    if secret:
+        result.secrets.setdefault('nova', {})[secret_key] = str(secret)
+        result.note('mapped', 'secure.yaml %s %s' % (name, secret_key),
+                    '[nova] %s in secrets.conf (mode 0600)' % secret_key)
     else:
-        result.note('todo', 'secure.yaml', 'no password for cloud %s: add '
-                    '[nova] password to secrets.conf' % name)
+        result.note('todo', 'secure.yaml', 'no %s for cloud %s: add [nova] '
+                    '%s to secrets.conf' % (secret_key, name, secret_key))
 
 
 def _secret(host: str, key: str, value: Any, device: dict,

@@ -152,3 +152,38 @@ class TestTemplateImport(testtools.TestCase):
             '--config-file', os.path.join(out, 'secrets.conf'),
             'config', 'validate', '--strict')
         self.assertEqual(0, res.returncode, res.stderr)
+
+    def test_application_credential_clouds_yaml(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        clouds = os.path.join(tmp, 'clouds.yaml')
+        with open(clouds, 'w') as f:
+            f.write('clouds:\n  overcloud:\n'
+                    '    auth_type: v3applicationcredential\n'
+                    '    region_name: regionOne\n    auth:\n'
+                    '      auth_url: https://keystone.example.com/v3\n'
+                    '      application_credential_id: 4d2c0ffee\n')
+        secure = os.path.join(tmp, 'secure.yaml')
+        with open(secure, 'w') as f:
+            f.write('clouds:\n  overcloud:\n    auth:\n'
+                    '      application_credential_secret: Ac-S3cret-1\n')
+        out = os.path.join(tmp, 'out')
+        res = helpers.manage(
+            'import', 'rh-instanceha', '--config',
+            os.path.join(helpers.SAMPLES, 'config.yaml'), '--fencing',
+            os.path.join(helpers.SAMPLES, 'fencing.yaml'), '--clouds',
+            clouds, '--secure', secure, '--out', out, '--allow-unconverted')
+        self.assertEqual(0, res.returncode, res.stderr)
+        self.assertNotIn('Ac-S3cret-1', res.stdout + res.stderr)
+        with open(os.path.join(out, 'instanceha.conf')) as f:
+            conf = f.read()
+        self.assertIn('auth_type = v3applicationcredential', conf)
+        self.assertIn('application_credential_id = 4d2c0ffee', conf)
+        self.assertNotIn('Ac-S3cret-1', conf)
+        with open(os.path.join(out, 'secrets.conf')) as f:
+            self.assertIn('application_credential_secret = Ac-S3cret-1',
+                          f.read())
+        res = helpers.manage(
+            '--config-file', os.path.join(out, 'instanceha.conf'),
+            '--config-file', os.path.join(out, 'secrets.conf'),
+            'config', 'validate', '--strict')
+        self.assertEqual(0, res.returncode, res.stderr)
