@@ -368,16 +368,30 @@ class TestJobAsksTheStrategy(testtools.TestCase):
             coordinator=_Leader(), events=self.events,
             executor=executor.InlineExecutor())
 
-    def step(self, strategy):
+    def step(self, strategy, spare=None):
         snap = self.cloud.snapshot()
-        job = strategy.begin('h1', list(snap.servers_on('h1')))
+        job = strategy.begin('h1', list(snap.servers_on('h1')), spare=spare)
         # h1 is powered off in the world above; the reading says so (the
         # cloud port refuses an evacuate call without a proof).
         off = ports.PowerReading(host='h1', off=True, detail='h1 off')
         job.step(evacuation_job.StepContext(
             env=self.env, snapshot=snap, budget=10, prove_off=lambda: off))
         return {m.server_id: m.requested_dest
-                for m in self.world.migrations}
+                for m in self.world.migrations if m.status != 'error'}
+
+    def test_a_resumed_job_keeps_the_rule_for_hosts_failed_before(self):
+        # Before a restart, vm1's rebuild failed twice on the spare h2
+        # (more than same_target_retries = 1): Nova's records say so, and
+        # the resumed job asks another host for it; vm2 still goes to
+        # the spare.
+        for n in (1, 2):
+            self.world.migrations.append(sim_world.Migration(
+                id='old%d' % n, server_id='vm1', source_host='h1',
+                dest_host='h2', status='error', created_at=0.0,
+                updated_at=0.0))
+        strategy = smart.SmartEvacuation(self.conf)
+        self.assertEqual({'vm1': 'h3', 'vm2': 'h2'},
+                         self.step(strategy, spare='h2'))
 
     def test_the_chosen_host_is_requested_from_nova(self):
         told = _Told(self.conf, 'h3')
