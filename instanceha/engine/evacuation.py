@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """What an evacuation writes into Nova: its lock reason, read back.
 
 An instance is locked while it is evacuated (always with ``[evacuation]

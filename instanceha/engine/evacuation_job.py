@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """The evacuation of one fenced host: the mechanism.
 
 For each fenced host the engine asks the configured strategy (a policy

@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """What one host's evacuation knows of each instance, and what it asks.
 
 Plain values, shared by the job that moves a fenced host's instances

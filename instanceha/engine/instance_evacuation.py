@@ -10,20 +10,20 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """One fenced host's instances, each evacuated, watched and released.
 
 Everything done to one instance of a fenced host: its lock (taken
 before its evacuate call and given back after its rebuild, and only a
 lock of ours, see :mod:`instanceha.engine.evacuation`), the call, the
 rebuild's end as Nova's migration records tell it, its power state
-restored, and the restart limits: an instance is retried on the same
-destination at most ``[evacuation] same_target_retries`` times, then on
-other hosts, and after ``retries`` retries in all it is given up (a
-terminal state that marks its host FAILED). Between two attempts of one
-instance the job waits ``[evacuation] retry_interval`` seconds, doubled
-after each failure up to ``retry_max_interval``: a conflict (task_state)
-or a full cloud ("No valid host") rarely clears within a second.
+restored, and the restart limits: after ``[evacuation] retries``
+retries in all an instance is given up (a terminal state that marks its
+host FAILED). Between two attempts of one instance the job waits
+``[evacuation] retry_interval`` seconds, doubled after each failure up
+to ``retry_max_interval``: a conflict (task_state) or a full cloud ("No
+valid host") rarely clears within a second. Where each attempt goes
+(not again on a host it failed on more than ``same_target_retries``
+times) is :func:`instanceha.engine.placement.decide`'s.
 """
 
 from collections.abc import Callable

@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """Nova's migration records of an evacuation, and what they tell.
 
 The truth about an evacuation is in Nova, not in this service: its

@@ -10,7 +10,6 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-
 """When the job of a fenced host looks at the rebuilds it started.
 
 Nova's migration records tell whether a rebuild ended; listing them
