@@ -300,6 +300,8 @@ def request(server_id: str, name: str, *, original_status: str | None,
 class Placer(typing.Protocol):
     """What :func:`decide` asks of an evacuation strategy: policy only."""
 
+    #: Its entry-point name (for the log; may be empty).
+    name: str
     #: True: the strategy ranks the hosts itself (:meth:`rank`), looking
     #: at their room; False: the engine's proposal stands (the spare,
     #: the host asked before, or after failures on it another one), and
@@ -396,7 +398,7 @@ def decide(request: PlacementRequest, view: PlacementView,
     except Exception:
         LOG.exception('evacuation strategy %s failed to choose a target '
                       'for %s; asking for %s',
-                      getattr(strategy, 'name', '') or
-                      type(strategy).__name__, request.server_id,
+                      strategy.name or type(strategy).__name__,
+                      request.server_id,
                       fallback or 'Nova\'s choice')
         return fallback
