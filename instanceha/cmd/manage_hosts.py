@@ -30,7 +30,7 @@ from instanceha.cmd import common
 from instanceha.cmd import manage_history
 from instanceha.engine import marker
 from instanceha.engine import model
-from instanceha.engine import shutdown
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 
@@ -50,7 +50,7 @@ def _cloud(conf):
 
 def describe(service: model.Service) -> dict:
     """One host's row: Nova's view plus the instanceha marker, if any."""
-    parsed = marker.Marker.parse(service.disabled_reason)
+    parsed = reasons.of_service(service).marker
     row = {
         'host': service.host,
         'status': service.status,
@@ -61,7 +61,7 @@ def describe(service: model.Service) -> dict:
         'note': (parsed.details() if parsed
                  else (service.disabled_reason or '')),
     }
-    frozen = shutdown.frozen(service)
+    frozen = reasons.of_disabled(service).frozen
     if frozen is not None and frozen.failover:
         # Recorded for failover: recovered once proven off.
         row.update(instanceha='announced',
@@ -107,7 +107,7 @@ def clear(cloud, host: str, enable: bool, now) -> str:
     if service is None:
         raise exceptions.InstanceHAError(
             'no nova-compute service on host %r' % host)
-    parsed = marker.Marker.parse(service.disabled_reason)
+    parsed = reasons.of_service(service).marker
     if parsed is None:
         raise exceptions.InstanceHAError(
             'host %s carries no instanceha marker (disabled_reason %r); '

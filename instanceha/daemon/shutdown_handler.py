@@ -20,7 +20,7 @@ done here, after every tick of the engine, by the leading copy only and
 through the engine's guarded ports:
 
 * freeze: the host's compute service is disabled with a reason of its own
-  (:class:`~instanceha.engine.shutdown.Frozen`: durable in Nova, shown by
+  (:class:`~instanceha.engine.reasons.Frozen`: durable in Nova, shown by
   ``instanceha-manage hosts list``; the ``enabled`` filter keeps the host
   out of scope, so nothing fences it even after a restart of this
   service);
@@ -45,6 +45,7 @@ import logging
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import shutdown
 from instanceha.engine import states
 from instanceha.heartbeat import protocol
@@ -54,18 +55,8 @@ LOG = logging.getLogger(__name__)
 
 S = states.HostState
 
-#: How the maintenance reason of a host drained by the migrate policy
-#: starts (its note): only such a maintenance is ended here.
-DRAIN_NOTE = shutdown.DRAIN_NOTE
 #: Seconds between two looks at moves an earlier leader started.
 DRAIN_RECHECK = 5.0
-
-
-def drained_by_us(service: model.Service | None) -> bool:
-    parsed = maintenance.parse_reason(
-        service.disabled_reason if service is not None and service.disabled
-        else None)
-    return bool(parsed and parsed[1].startswith(DRAIN_NOTE))
 
 
 @dataclasses.dataclass
@@ -210,9 +201,10 @@ class ShutdownHandler:
         for svc in snapshot.services:
             if svc.host in pending or svc.host in self._enabled:
                 continue
-            if shutdown.frozen(svc):
-                self._orphan(listener, svc, shutdown.frozen(svc))
-            elif drained_by_us(svc):
+            reading = reasons.of_disabled(svc)
+            if reading.frozen:
+                self._orphan(listener, svc, reading.frozen)
+            elif reading.drain:
                 self._orphan_drain(listener, svc)
 
     def _harvest(self) -> None:
@@ -306,7 +298,7 @@ class ShutdownHandler:
                      'leaves it as it is', h.ann.host, h.ann.kind, why)
 
     def _freeze(self, h: _Host, svc: model.Service, silent: float) -> None:
-        if shutdown.frozen(svc):
+        if reasons.of_disabled(svc).frozen:
             self._move(h, S.FROZEN, reason='frozen by an earlier leader')
             return
         why = self._not_ours(h, svc)
@@ -315,7 +307,7 @@ class ShutdownHandler:
             return
         now = self._nova_now()
         left = max(0, int(self.conf.shutdown.return_timeout - silent))
-        reason = shutdown.Frozen(
+        reason = reasons.Frozen(
             since=now, kind=h.ann.kind,
             until=now + datetime.timedelta(seconds=left), nova_clock=True,
             note='policy %s (%s)' % (h.policy, h.source)).render()
@@ -332,7 +324,7 @@ class ShutdownHandler:
         """failover: disable the host with the announcement's record.
 
         The engine recovers the host (it is in scope: see
-        :class:`~instanceha.engine.shutdown.Frozen`); the record makes
+        :class:`~instanceha.engine.reasons.Frozen`); the record makes
         the announcement durable before the agent is answered, so a copy
         that resumes before the host is proven off still reads it off
         instead of power-cycling it. Nothing is written over another
@@ -343,14 +335,14 @@ class ShutdownHandler:
             return
         if svc.disabled:
             h.recorded = True
-            if not (shutdown.frozen(svc) or
-                    marker_mod.Marker.parse(svc.disabled_reason)):
+            if not (reasons.of_disabled(svc).frozen or
+                    reasons.of_service(svc).marker):
                 self._leave(h, 'its compute service is disabled (reason: '
                             '%s)' % (svc.disabled_reason or 'none'))
             return
         now = self._nova_now()
-        reason = shutdown.Frozen(
-            since=now, kind=h.ann.kind, action=shutdown.FAILOVER,
+        reason = reasons.Frozen(
+            since=now, kind=h.ann.kind, action=reasons.FAILOVER,
             nova_clock=True, until=now + datetime.timedelta(
                 seconds=self.conf.shutdown.return_timeout),
             note='policy %s (%s): recovered elsewhere once proven off'
@@ -377,7 +369,7 @@ class ShutdownHandler:
         # A drain an earlier leader started is ours: it is resumed (what
         # is left is moved, moves under way are waited for), never taken
         # for finished.
-        resumed = drained_by_us(svc)
+        resumed = reasons.of_disabled(svc).drain
         why = (None if resumed else self._not_ours(h, svc)) or (
             'its compute service is down: nothing can be live-migrated'
             if svc.state != model.UP or svc.forced_down else None)
@@ -391,7 +383,7 @@ class ShutdownHandler:
                       if resumed else {}))
         work = self._maintenance('drain')
         now = self.env.clock.now()
-        note = '%s %s announced' % (DRAIN_NOTE, h.ann.kind)
+        note = '%s %s announced' % (reasons.DRAIN_NOTE, h.ann.kind)
         timeout = self.conf.shutdown.drain_timeout
 
         clock = self.env.clock
@@ -401,7 +393,8 @@ class ShutdownHandler:
         def still_ours() -> bool:
             # An operator who enabled the host (or gave it a reason of
             # their own) meanwhile took it: it is not disabled again.
-            return drained_by_us(cloud.read_services().service(host))
+            return reasons.of_disabled(
+                cloud.read_services().service(host)).drain
 
         def drain():
             deadline = clock.monotonic() + timeout
@@ -441,16 +434,16 @@ class ShutdownHandler:
 
         def enable():
             current = cloud.read_services().service(host)
-            if current is not None and shutdown.frozen(current):
+            if current is not None and reasons.of_disabled(current).frozen:
                 cloud.update_service(current, status=model.ENABLED)
 
         return enable
 
     def _enable(self, h: _Host, svc: model.Service) -> Callable | None:
         """The job that enables the host again, None if it is not ours."""
-        if shutdown.frozen(svc):
+        if reasons.of_disabled(svc).frozen:
             return self._enable_frozen(h.ann.host)
-        if drained_by_us(svc):
+        if reasons.of_disabled(svc).drain:
             work = self._maintenance('return')
             return lambda: work.end(h.ann.host)
         return None
@@ -494,7 +487,7 @@ class ShutdownHandler:
                                                   reason=reason))
 
     def _orphan(self, listener, svc: model.Service,
-                fr: shutdown.Frozen) -> None:
+                fr: reasons.Frozen) -> None:
         """A freeze in Nova that no announcement in memory explains.
 
         This copy did not hear the announcement (it started, or became
@@ -560,8 +553,8 @@ class ShutdownHandler:
                 and age is not None
                 and age <= self.conf.heartbeat.timeout):
             return
-        parsed = maintenance.parse_reason(svc.disabled_reason)
-        kind = (shutdown.REBOOT if parsed and 'reboot' in parsed[1]
+        parsed = reasons.of_service(svc).maintenance
+        kind = (shutdown.REBOOT if parsed and 'reboot' in parsed.note
                 else shutdown.POWEROFF)
         ann = shutdown.Announcement(host=host, kind=kind, boot_id=b'',
                                     first=0.0, last=0.0)
@@ -570,7 +563,7 @@ class ShutdownHandler:
                                       drain='done')
         work = self._maintenance('return')
         now = self.env.clock.now()
-        since = parsed[0] if parsed else now
+        since = parsed.since if parsed else now
         self._submit(h, lambda: work.end(host), lambda _: (
             self._enabled.__setitem__(host, self.env.clock.now()),
             self._emit(events.SHUTDOWN_RETURNED, host, kind=kind,

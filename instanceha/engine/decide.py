@@ -34,9 +34,9 @@ from collections.abc import Mapping
 import dataclasses
 import datetime
 
-from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha.plugins.detectors import base as det_base
 from instanceha.plugins.gates import base as gate_base
@@ -168,7 +168,7 @@ def recovery_state(service: model.Service | None,
     """
     state = recovering.get(host)
     if state is None and service is not None and service.disabled:
-        parsed = marker.Marker.parse(service.disabled_reason)
+        parsed = reasons.of_service(service).marker
         state = parsed.state if parsed else None
     if state is None or state in _NOT_RECOVERING:
         return None
@@ -176,8 +176,7 @@ def recovery_state(service: model.Service | None,
 
 
 def _marker_reason(service: model.Service | None) -> str | None:
-    parsed = marker.Marker.parse(service.disabled_reason if service
-                                 else None)
+    parsed = reasons.of_service(service).marker
     if not parsed:
         return None
     note = parsed.details()

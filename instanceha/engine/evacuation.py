@@ -10,61 +10,19 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""What an evacuation writes into Nova: its lock reason, read back.
+"""What an evacuated instance is given back: the status it had.
 
 An instance is locked while it is evacuated (always with ``[evacuation]
 lock_instances``, else only when its status must be restored after its
-rebuild); the lock's reason says the lock is ours and keeps that status,
-so that a copy restarted in the middle of a rebuild unlocks only its own
-locks and restores what it must. The evacuation itself is
+rebuild); the lock's reason (:class:`instanceha.engine.reasons.Lock`)
+says the lock is ours and keeps that status, so that a copy restarted in
+the middle of a rebuild unlocks only its own locks and restores what it
+must, here. The evacuation itself is
 :mod:`instanceha.engine.evacuation_job`.
 """
 
-import re
-
 from instanceha.engine import model
 from instanceha.engine import ports
-
-
-LOCK_REASON = 'instanceha: evacuating from %s'
-_LOCK_RE = re.compile(r'^instanceha: evacuating from (?P<host>\S+)'
-                      r'(?: \(was (?P<was>[A-Z_]+)\))?$')
-
-
-def lock_reason(host: str, was: str | None) -> str:
-    """Our lock reason, read back after a restart.
-
-    It says the lock is ours (we never unlock a lock we did not take) and
-    what the instance's status was before (restored after its rebuild).
-    """
-    text = LOCK_REASON % host
-    return '%s (was %s)' % (text, was) if was else text
-
-
-def our_lock(server: model.Server, host: str) -> tuple[bool, str | None]:
-    """(locked by us for ``host``, status before) from Nova's lock reason.
-
-    A lock whose reason is not ours is someone else's (its owner's), and
-    is left exactly as it is.
-    """
-    source, was = lock_of_ours(server)
-    if source != host:
-        return False, None
-    return True, was
-
-
-def lock_of_ours(server: model.Server) -> tuple[str | None, str | None]:
-    """(the host it was evacuated from, status before) of a lock of ours.
-
-    (None, None) when ``server`` is not locked by us (not locked, or
-    locked with a reason that is not ours, or with none).
-    """
-    if not server.locked:
-        return None, None
-    m = _LOCK_RE.match(server.locked_reason or '')
-    if not m:
-        return None, None
-    return m.group('host'), m.group('was')
 
 
 #: Statuses an evacuated instance is given back after its rebuild.

@@ -34,6 +34,7 @@ from instanceha.engine import events
 from instanceha.engine import migration_records as records_mod
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import rebuild_pace
 from instanceha import exceptions
 
@@ -103,12 +104,12 @@ class InstanceEvacuation:
             if getattr(exc, 'status', None) != 404:
                 raise
             server = None
-        ours, was = (evacuation.our_lock(server, self.host) if server is not None
-                     else (False, None))
+        mine = reasons.of_lock(server).lock_for(self.host)
+        ours = mine is not None
         task.locked_by_us, task.verify_lock = ours, False
         task.foreign_lock = bool(server is not None and server.locked and
                                  not ours)
-        task.original_status = task.original_status or was
+        task.original_status = task.original_status or (mine and mine.was)
         return ours
 
     def give_up(self, env, task: tasks_mod.InstanceTask, reason: str) -> None:
@@ -245,10 +246,11 @@ class InstanceEvacuation:
                              'within %d s' % overdue)
             return
         if task.verify_lock:
-            ours, was = evacuation.our_lock(server, self.host)
-            task.locked_by_us = ours or (server.locked and
-                                         server.locked_reason is None)
-            task.original_status = task.original_status or was
+            mine = reasons.of_lock(server).lock_for(self.host)
+            task.locked_by_us = mine is not None or (
+                server.locked and server.locked_reason is None)
+            task.original_status = task.original_status or (
+                mine and mine.was)
             task.verify_lock = False
         self._done(env, task, server)
 
@@ -272,8 +274,8 @@ class InstanceEvacuation:
         if (self._locks(task) and not task.locked_by_us and
                 not task.foreign_lock):
             try:
-                env.cloud.set_server_lock(task.server_id, True, evacuation.lock_reason(
-                    self.host, task.original_status))
+                env.cloud.set_server_lock(task.server_id, True, reasons.Lock(
+                    self.host, task.original_status).render())
             except exceptions.CloudError as exc:
                 if nova_failed(exc):
                     # Nova may have locked it: should the task end before

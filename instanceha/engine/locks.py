@@ -26,7 +26,7 @@ stay locked for good. This sweep is the net for those:
   operator takes a host from us, never while every host is plainly
   healthy;
 * an instance whose lock reason is ours (it names the host it was
-  evacuated from, see :func:`instanceha.engine.evacuation.lock_reason`)
+  evacuated from, see :class:`instanceha.engine.reasons.Lock`)
   is left alone while a job of ours looks after that host's instances
   (its evacuation, its aftercare, or a recovery yet to evacuate, whose
   job reads our locks) and while it is being rebuilt (Nova's task
@@ -54,6 +54,7 @@ from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -115,9 +116,10 @@ class LockSweep:
         found = self.env.cloud.locked_servers()
         self._waiting = set()
         for srv in sorted(found, key=lambda s: s.id):
-            source, was = evacuation.lock_of_ours(srv)
-            if source is None:
+            lock = reasons.of_lock(srv).lock
+            if lock is None:
                 continue  # not ours: never touched
+            source, was = lock.host, lock.was
             if in_hands(source):
                 self._waiting.add(source)  # its host's workflow watches it
                 continue

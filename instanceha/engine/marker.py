@@ -21,9 +21,10 @@ and ``openstack compute service list --long`` tells the story::
 
 The layout is the state, a UTC time stamp, then ``key=value`` fields and
 finally a free note (FAILED puts the word in capitals first, so it stands
-out). Every part of instanceha reads and writes markers through
-:class:`Marker` only; markers written by earlier versions (fields only, or
-a free note only) parse unchanged.
+out). Every part of instanceha writes markers through :class:`Marker`
+and reads them through :func:`instanceha.engine.reasons.read` only;
+markers written by earlier versions (fields only, or a free note only)
+read unchanged.
 
 Times are on Nova's clock (``clock=nova``): the copy that reads a marker
 back may run on a clock stepped since it was written (an NTP step, a
@@ -118,7 +119,7 @@ def short_id(server_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Marker(NovaClockTimes):
-    """What one marker says; :meth:`render` and :meth:`parse` invert."""
+    """What one marker says; :meth:`render` and :meth:`decode` invert."""
 
     state: HostState
     #: When the state was entered (the marker was written).
@@ -227,11 +228,13 @@ class Marker(NovaClockTimes):
         return self.render()
 
     @classmethod
-    def parse(cls, reason: str | None) -> 'Marker | None':
-        """The marker in ``reason``; None when it is not one of ours."""
-        if not reason:
-            return None
-        m = _RE.match(reason.strip())
+    def decode(cls, text: str) -> 'Marker | None':
+        """The marker in ``text`` (stripped); None when it is not one.
+
+        Called by :func:`instanceha.engine.reasons.read` only: every
+        other reader asks that what a reason is.
+        """
+        m = _RE.match(text)
         if not m:
             return None
         try:
@@ -289,8 +292,3 @@ NOVA_CLOCK_FIELD = '%s=%s' % _NOVA_CLOCK
 
 _KNOWN = frozenset({'fenced_at', 'spare', 'kdump', 'rid', 'stopped',
                     'gave_up', 'shutdown', 'clock'})
-
-
-def parse(reason: str | None) -> Marker | None:
-    """Shorthand for :meth:`Marker.parse`."""
-    return Marker.parse(reason)

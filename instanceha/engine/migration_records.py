@@ -23,12 +23,12 @@ twice. Listed once per tick for every host being evacuated
 from collections.abc import Callable
 import threading
 
-from instanceha.engine import evacuation
 from instanceha.engine import evacuation_tasks as tasks_mod
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha import exceptions
 
 #: Migration statuses of an evacuation that is still running.
@@ -129,7 +129,8 @@ def _task_of(srv: model.Server, host: str, recs: list[model.Migration],
              seen: list[model.Migration], policy: tasks_mod.Policy
              ) -> tasks_mod.InstanceTask:
     """``srv``'s task as its records and its lock say, still pending."""
-    ours, was = evacuation.our_lock(srv, host)
+    mine = reasons.of_lock(srv).lock_for(host)
+    ours, was = mine is not None, mine and mine.was
     if srv.locked and not ours and srv.locked_reason is None:
         # A cloud that does not report lock reasons: a lock on an
         # instance we evacuated before is taken to be ours.

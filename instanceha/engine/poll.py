@@ -26,9 +26,9 @@ import datetime
 import logging
 
 from instanceha.engine import events
-from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
+from instanceha.engine import reasons
 from instanceha.engine import tick
 from instanceha.engine import watch
 from instanceha.engine import workflow
@@ -169,8 +169,7 @@ class Poll(tick.Plumbing):
             if wf.state in workflow.NEEDS_FRESH_PLAN:
                 self._hand_over(wf, why)  # not fenced (again)
             else:
-                self._handed_back(wf, svc, marker_mod.Marker.parse(
-                    svc.disabled_reason))
+                self._handed_back(wf, svc, reasons.of_service(svc).marker)
 
     def _full_read_due(self, mono: float, answered: bool) -> bool:
         """Is a full read needed now (after :meth:`_read_services`)?
@@ -429,8 +428,7 @@ class Poll(tick.Plumbing):
     def _adopt(self, snapshot: model.Snapshot) -> None:
         """Resume hosts whose Nova marker says a recovery is under way."""
         for svc in sorted(snapshot.services, key=lambda s: s.host):
-            parsed = (marker_mod.Marker.parse(svc.disabled_reason)
-                      if svc.disabled else None)
+            parsed = reasons.of_disabled(svc).marker
             wf = self._workflows.get(svc.host)
             if wf is not None:
                 self._handed_back(wf, svc, parsed)

@@ -66,6 +66,7 @@ from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 from instanceha import exceptions
@@ -84,16 +85,6 @@ NOT_SEEN_UP = ('nova-compute already down when this copy first read '
                'it (an operator may have enabled the host on purpose): '
                'left enabled; disable it by hand if it should take no '
                'new instances')
-
-
-def ours(service: model.Service | None) -> marker_mod.Marker | None:
-    """Our service_down marker on ``service``, else None."""
-    if service is None or not service.disabled:
-        return None
-    parsed = marker_mod.Marker.parse(service.disabled_reason)
-    if parsed is None or parsed.state is not HostState.SERVICE_DOWN:
-        return None
-    return parsed
 
 
 class Write(enum.Enum):
@@ -224,13 +215,13 @@ class ProcessFailures:
             host = svc.host
             d = decisions.get(host)
             alive = d is not None and d.verdict == decide.ALIVE
-            if ours(svc) is not None:
+            reading = reasons.of_disabled(svc)
+            if reading.service_down is not None:
                 marked.add(host)
                 self._armed.discard(host)
                 ended.discard(host)
             elif svc.disabled:
-                if not (svc.disabled_reason or '').startswith(
-                        marker_mod.PREFIX):
+                if not reading.prefixed:
                     foreign.add(host)
             elif not alive and (host in self._marked or
                                 host in self._foreign):
@@ -321,7 +312,7 @@ class ProcessFailures:
         """
         skew = snapshot.clock_skew or 0.0
         for svc in sorted(snapshot.services, key=lambda s: s.host):
-            mark = ours(svc)
+            mark = reasons.of_disabled(svc).service_down
             if mark is None:
                 continue
             d = plan.decision(svc.host)

@@ -78,7 +78,6 @@ from instanceha.engine.workflow import MIGRATION_SLACK  # noqa: F401
 from instanceha.engine.workflow import new_recovery_id  # noqa: F401
 from instanceha.engine.workflow import operator_action  # noqa: F401
 from instanceha.engine.workflow import OPERATOR_STEPS  # noqa: F401
-from instanceha.engine.workflow import operators_reason  # noqa: F401
 from instanceha.engine.workflow import OperatorTookOver  # noqa: F401
 from instanceha.engine.workflow import RESUMABLE  # noqa: F401
 from instanceha.engine.workflow import S

@@ -39,12 +39,9 @@ live in :mod:`instanceha.daemon.shutdown_handler`.
 """
 
 import dataclasses
-import datetime
 import logging
-import re
 import typing
 
-from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -60,97 +57,6 @@ FREEZE = 'freeze'
 FAILOVER = 'failover'
 MIGRATE = 'migrate'
 POLICIES = (CONDITIONAL, FREEZE, FAILOVER, MIGRATE)
-
-#: Start of the disabled_reason of a host frozen by its announced
-#: shutdown. Like maintenance's, it is not a recovery marker: the
-#: ``enabled`` filter leaves the host out of scope (never fenced) and the
-#: engine never resumes it as a recovery.
-REASON_PREFIX = 'instanceha-shutdown'
-_REASON_RE = re.compile(
-    r'^%s (?P<ts>\S+) (?P<kind>reboot|poweroff) until=(?P<until>\S+)'
-    r'(?: (?P<note>.*))?$' % re.escape(REASON_PREFIX), re.DOTALL)
-
-
-_ACTION_RE = re.compile(r'^action=(?P<action>[a-z]+)(?: (?P<note>.*))?$',
-                        re.DOTALL)
-
-
-@dataclasses.dataclass(frozen=True)
-class Frozen(marker.NovaClockTimes):
-    """What the disabled_reason of a frozen host says.
-
-    Also the record of an announced host under failover (``action``
-    ``failover``), written before its agent is answered: a copy that
-    starts before the host is proven off still knows it announced its
-    shutdown (never power-cycled, not powered on afterwards). Such a host
-    is in scope: it is recovered, not frozen.
-
-    Its times are on Nova's clock (``clock=nova``, after the action), like
-    a recovery marker's (see :mod:`instanceha.engine.marker`): a copy
-    that did not hear the announcement judges ``until`` on them.
-    """
-
-    since: datetime.datetime
-    kind: str
-    #: When it is handled as failed if it has not come back.
-    until: datetime.datetime
-    note: str = ''
-    #: FAILOVER for a failover record; None: a freeze (written by every
-    #: version before the element existed).
-    action: str | None = None
-    #: ``since`` and ``until`` are on Nova's clock; False: on the clock
-    #: of the copy that wrote them (an earlier version's record).
-    nova_clock: bool = False
-
-    def render(self) -> str:
-        text = '%s %s %s until=%s' % (REASON_PREFIX,
-                                      marker.format_ts(self.since),
-                                      self.kind, marker.format_ts(self.until))
-        if self.action:
-            text += ' action=%s' % self.action
-        if self.nova_clock:
-            # After the action: an earlier version reads it as the note.
-            text += ' ' + marker.NOVA_CLOCK_FIELD
-        if self.note:
-            text += ' ' + ' '.join(self.note.split())
-        return text[:255]
-
-    @property
-    def failover(self) -> bool:
-        return self.action == FAILOVER
-
-    @classmethod
-    def parse(cls, reason: str | None) -> 'Frozen | None':
-        m = _REASON_RE.match((reason or '').strip())
-        if not m:
-            return None
-        since, until = marker.parse_ts(m.group('ts')), marker.parse_ts(
-            m.group('until'))
-        if since is None or until is None:
-            return None
-        note, action = m.group('note') or '', None
-        am = _ACTION_RE.match(note)
-        if am:
-            action, note = am.group('action'), am.group('note') or ''
-        head, _, rest = note.partition(' ')
-        nova_clock = head == marker.NOVA_CLOCK_FIELD
-        if nova_clock:
-            note = rest
-        return cls(since=since, kind=m.group('kind'), until=until,
-                   note=note, action=action, nova_clock=nova_clock)
-
-
-#: How the note of the maintenance of a host drained by the migrate policy
-#: starts (:mod:`instanceha.daemon.shutdown_handler`; only such a maintenance is ended
-#: there).
-DRAIN_NOTE = 'shutdown policy migrate:'
-
-
-def frozen(service: model.Service | None) -> 'Frozen | None':
-    """The freeze a disabled service carries, None if none."""
-    if service is None or not service.disabled:
-        return None
-    return Frozen.parse(service.disabled_reason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,6 @@ What the engine does in each state is the step of
 :data:`instanceha.engine.steps.STEPS`, the table beside this one.
 """
 
-import datetime
 import enum
 
 
@@ -119,29 +118,3 @@ def check_transition(host: str, old: HostState, new: HostState) -> None:
     if new not in TRANSITIONS[old]:
         raise TransitionError('host %s: %s -> %s is not an allowed '
                               'transition' % (host, old, new))
-
-
-# -- markers in Nova's disabled_reason ------------------------------------
-# The codec is instanceha.engine.marker; these two keep the older
-# (state, time, note) interface for callers that need nothing more.
-
-MARKER_PREFIX = 'instanceha'
-
-
-def make_marker(state: HostState, when: datetime.datetime,
-                note: str = '') -> str:
-    """Text for ``disabled_reason``: state, UTC time stamp, free note."""
-    from instanceha.engine import marker
-    return marker.Marker.parse(
-        marker.Marker(state=state, when=when).render() +
-        (' ' + note if note else '')).render()
-
-
-def parse_marker(reason: str | None
-                 ) -> tuple[HostState, datetime.datetime, str] | None:
-    """(state, time stamp, fields and note); None if not our marker."""
-    from instanceha.engine import marker
-    parsed = marker.Marker.parse(reason)
-    if parsed is None:
-        return None
-    return parsed.state, parsed.when, parsed.details()

@@ -29,10 +29,10 @@ from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import evacuation_job
 from instanceha.engine import evacuation_tasks
 from instanceha.engine import events
-from instanceha.engine import marker as marker_mod
 from instanceha.engine import migration_records
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import shutdown
 from instanceha.engine.states import HostState
 from instanceha.engine import tick
@@ -679,7 +679,7 @@ class Steps(tick.Plumbing):
 
         def enable():
             svc = self._ours(wf)
-            if marker_mod.Marker.parse(svc.disabled_reason) is None:
+            if reasons.of_service(svc).marker is None:
                 # Enabled meanwhile (hosts clear --enable): nothing to do.
                 return True, False
             try:

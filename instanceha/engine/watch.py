@@ -62,11 +62,9 @@ not news: those hosts are left out of the comparison.
 import datetime
 import logging
 
-from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import ports
-from instanceha.engine import shutdown
-from instanceha.engine import states
+from instanceha.engine import reasons
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -130,13 +128,9 @@ def awaits_compute(svc: model.Service) -> bool:
     """
     if not svc.disabled or (svc.state == model.UP and not svc.forced_down):
         return False
-    reason = svc.disabled_reason or ''
-    parsed = marker.Marker.parse(reason)
-    if parsed is not None:
-        return parsed.state is states.HostState.SERVICE_DOWN
-    return (shutdown.frozen(svc) is not None or
-            (reason.startswith(marker.PREFIX) and
-             shutdown.DRAIN_NOTE in reason))
+    reading = reasons.of_service(svc)
+    return reading.drain or reading.kind in (reasons.Kind.SERVICE_DOWN,
+                                             reasons.Kind.SHUTDOWN)
 
 
 class DownTime(object):

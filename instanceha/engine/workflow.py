@@ -21,9 +21,8 @@ import uuid
 
 from instanceha.engine import evacuation_job
 from instanceha.engine import evacuation_tasks
-from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
-from instanceha.engine import shutdown
+from instanceha.engine import reasons
 from instanceha.engine.states import HostState
 from instanceha import exceptions
 
@@ -108,14 +107,14 @@ def operators_reason(svc: model.Service | None) -> str | None:
     """
     if svc is None or not svc.disabled:
         return None
-    if marker_mod.Marker.parse(svc.disabled_reason) is not None:
+    reading = reasons.of_service(svc)
+    if reading.marker is not None:
         return None
-    frozen = shutdown.Frozen.parse(svc.disabled_reason)
-    if frozen is not None and frozen.failover:
+    if reading.frozen is not None and reading.frozen.failover:
         return None  # our record of an announced shutdown under failover
-    if svc.disabled_reason:
-        return 'disabled with the reason "%s"' % svc.disabled_reason
-    return 'disabled without a reason'
+    if reading.kind is reasons.Kind.NOBODY:
+        return 'disabled without a reason'
+    return 'disabled with the reason "%s"' % reading.text
 
 
 def new_recovery_id() -> str:

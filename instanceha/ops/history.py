@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 
 from instanceha.engine import marker as marker_mod
+from instanceha.engine import reasons
 
 #: Evacuations of one host further apart than this are two recoveries.
 GAP = datetime.timedelta(minutes=30)
@@ -135,7 +136,7 @@ def host_history(cloud, host: str,
     current = None
     for svc in cloud.list_services():
         if svc.host == host:
-            current = marker_mod.Marker.parse(svc.disabled_reason)
+            current = reasons.of_service(svc).marker
     migrations = sorted(
         cloud.migrations(source_host=host, since=since),
         key=lambda m: m.created_at or datetime.datetime.min.replace(

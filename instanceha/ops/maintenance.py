@@ -27,35 +27,27 @@ metadata, instance actions are port methods), time through a
 :class:`~instanceha.engine.ports.Clock`; so ``instanceha-simulate`` runs
 this same code against its simulated Nova, in simulated time.
 
-The reason reads ``instanceha-maintenance <UTC time> [note]``. It never
-matches :meth:`instanceha.engine.marker.Marker.parse` (that needs
-``instanceha:<state>``), which is what keeps the engine from "resuming"
-it as a recovery.
+The reason reads ``instanceha-maintenance <UTC time> [note]``
+(:class:`instanceha.engine.reasons.Maintenance`): never a recovery
+marker (that needs ``instanceha:<state>``), which is what keeps the
+engine from "resuming" it as a recovery.
 """
 
 from collections.abc import Callable, Iterable
 import concurrent.futures
 import dataclasses
 import datetime
-import re
 import threading
 
 from instanceha.adapters import clock as clock_mod
 from instanceha.engine import marker
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha import exceptions
 
-#: Start of the disabled_reason of a host in maintenance.
-REASON_PREFIX = 'instanceha-maintenance'
 #: Server metadata key holding the host a server left for maintenance.
 HOME_KEY = 'instanceha:home'
-#: Nova's limit on disabled_reason.
-_REASON_MAX = 255
-_REASON_RE = re.compile(
-    r'^%s (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)(?: (?P<note>.*))?$'
-    % re.escape(REASON_PREFIX), re.DOTALL)
-
 #: Server states Nova live-migrates.
 LIVE_STATES = frozenset({'ACTIVE', 'PAUSED'})
 #: What to do with SHUTOFF servers: leave them, or cold-migrate them.
@@ -64,31 +56,8 @@ SHUTOFF_CHOICES = ('leave', 'cold')
 _MIGRATION_FAILED = frozenset({'error', 'failed', 'cancelled'})
 
 
-def make_reason(when: datetime.datetime, note: str = '') -> str:
-    """disabled_reason text for a host in maintenance (<= 255 chars)."""
-    text = '%s %s' % (REASON_PREFIX, marker.format_ts(when))
-    if note:
-        text = '%s %s' % (text, ' '.join(note.split()))
-    return text[:_REASON_MAX]
-
-
-def parse_reason(reason: str | None
-                 ) -> tuple[datetime.datetime, str] | None:
-    """(since, note) if ``reason`` is a maintenance reason, else None."""
-    if not reason:
-        return None
-    m = _REASON_RE.match(reason.strip())
-    if not m:
-        return None
-    when = marker.parse_ts(m.group('ts'))
-    if when is None:
-        return None
-    return when, m.group('note') or ''
-
-
-def in_maintenance(service: model.Service | None) -> bool:
-    return bool(service is not None and service.disabled
-                and parse_reason(service.disabled_reason))
+def _in_maintenance(service: model.Service) -> bool:
+    return reasons.of_disabled(service).maintenance is not None
 
 
 @dataclasses.dataclass
@@ -156,7 +125,7 @@ class Maintenance:
     def check_startable(self, service: model.Service) -> None:
         """Refuse a host instanceha recovers, a down or foreign-disabled one."""
         host = service.host
-        parsed = marker.Marker.parse(service.disabled_reason)
+        parsed = reasons.of_service(service).marker
         if service.disabled and parsed:
             raise exceptions.InstanceHAError(
                 'host %s is being recovered by instanceha (marker %s since '
@@ -170,7 +139,7 @@ class Maintenance:
                 '(fencing and evacuation), not maintenance' % (
                     host, service.state or 'unknown',
                     ', forced down' if service.forced_down else ''))
-        if service.disabled and not in_maintenance(service):
+        if service.disabled and not _in_maintenance(service):
             raise exceptions.InstanceHAError(
                 'host %s is already disabled by an operator (reason: %s); '
                 'enable it first if it should go into maintenance' % (
@@ -186,13 +155,13 @@ class Maintenance:
         snapshot = self.cloud.snapshot()
         service = self._service(snapshot, host)
         self.check_startable(service)
-        if in_maintenance(service):
+        if _in_maintenance(service):
             self.say('host %s: already in maintenance (%s); moving what is '
                      'left' % (host, service.disabled_reason))
         else:
             self.cloud.update_service(
                 service, status=model.DISABLED,
-                disabled_reason=make_reason(now, note))
+                disabled_reason=reasons.Maintenance(now, note).render())
             self.say('host %s: disabled for maintenance' % host)
         servers = sorted(snapshot.servers_on(host), key=lambda s: s.name)
         todo, outcomes = [], []
@@ -352,15 +321,15 @@ class Maintenance:
         """The host's maintenance state, what is left and where homes are."""
         snapshot = self.cloud.snapshot()
         service = self._service(snapshot, host)
-        parsed = parse_reason(service.disabled_reason)
+        parsed = reasons.of_service(service).maintenance
         active = [m for m in self.cloud.migrations(
             source_host=host, migration_type='live-migration')
             if m.status not in _MIGRATION_FAILED | {'completed', 'done'}]
         return {
             'host': host,
-            'maintenance': in_maintenance(service),
-            'since': marker.format_ts(parsed[0]) if parsed else None,
-            'note': parsed[1] if parsed else '',
+            'maintenance': _in_maintenance(service),
+            'since': marker.format_ts(parsed.since) if parsed else None,
+            'note': parsed.note if parsed else '',
             'status': service.status, 'state': service.state,
             'disabled_reason': service.disabled_reason,
             'on_host': [{'id': s.id, 'name': s.name, 'status': s.status,
@@ -381,7 +350,7 @@ class Maintenance:
         """Enable ``host`` again; with ``back``, bring its instances home."""
         snapshot = self.cloud.snapshot()
         service = self._service(snapshot, host)
-        if not in_maintenance(service):
+        if not _in_maintenance(service):
             raise exceptions.InstanceHAError(
                 'host %s is not in maintenance (status %s, disabled_reason '
                 '%r); nothing to end' % (host, service.status,

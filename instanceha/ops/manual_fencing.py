@@ -29,6 +29,7 @@ import dataclasses
 
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.plugins.fencing import base
@@ -175,7 +176,7 @@ def check_not_held(cloud: ports.CloudPort, host: str
         return 'no nova-compute service named %s' % host, names
     held = []
     for service in found:
-        parsed = marker_mod.Marker.parse(service.disabled_reason)
+        parsed = reasons.of_service(service).marker
         if parsed is not None and parsed.state in HELD:
             held.append((service.host, parsed))
     if held:
@@ -188,7 +189,7 @@ def check_not_held(cloud: ports.CloudPort, host: str
                           marker_mod.format_ts(parsed.when)))
     states_seen = []
     for service in found:
-        parsed = marker_mod.Marker.parse(service.disabled_reason)
+        parsed = reasons.of_service(service).marker
         states_seen.append('%s %s' % (service.host, parsed.state.value
                                       if parsed else 'not in a recovery'))
     return ', '.join(states_seen), names

@@ -24,8 +24,10 @@ import sys
 
 import testtools
 
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.ops import maintenance
@@ -74,9 +76,9 @@ class TestMaintenance(testtools.TestCase):
         self.assertEqual('host1', where['off-0'])
         svc = snap.service('host1')
         self.assertEqual(model.DISABLED, svc.status)
-        self.assertEqual((NOW, 'ticket 42'),
-                         maintenance.parse_reason(svc.disabled_reason))
-        self.assertIsNone(states.parse_marker(svc.disabled_reason))
+        self.assertEqual(reasons.Maintenance(NOW, 'ticket 42'),
+                         reasons.read(svc.disabled_reason).maintenance)
+        self.assertIsNone(reasons.read(svc.disabled_reason).marker)
         for server in snap.servers:
             if server.name.startswith('web'):
                 self.assertEqual('host1',
@@ -131,7 +133,7 @@ class TestMaintenance(testtools.TestCase):
 
     def test_refuses_down_and_recovering_hosts(self):
         snap = self.cloud.snapshot()
-        marker = states.make_marker(states.HostState.FENCED, NOW)
+        marker = marker_mod.Marker(states.HostState.FENCED, NOW).render()
         self.cloud.update_service(snap.service('host3'),
                                   status=model.DISABLED,
                                   disabled_reason=marker)

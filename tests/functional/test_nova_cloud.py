@@ -30,8 +30,9 @@ import testtools
 
 from instanceha.adapters import nova
 from instanceha import conf as ha_conf
-from instanceha.engine import evacuation
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 from tests.functional import peers
@@ -240,7 +241,7 @@ class TestNovaCloudStub(testtools.TestCase):
         free, ours, users = self.peer.create_servers(
             3, host='host1', name='lk', client=client)
         self.cloud.set_server_lock(ours.id, True, reason=(
-            evacuation.lock_reason('host9', 'SHUTOFF')))
+            reasons.Lock('host9', 'SHUTOFF').render()))
         self.cloud.set_server_lock(users.id, True)
         self.cloud.api_calls = 0
         found = {s.id: s for s in self.cloud.locked_servers()}
@@ -249,19 +250,19 @@ class TestNovaCloudStub(testtools.TestCase):
             {ours.id: 'instanceha: evacuating from host9 (was SHUTOFF)',
              users.id: None},
             {k: s.locked_reason for k, s in found.items()})
-        self.assertEqual(('host9', 'SHUTOFF'),
-                         evacuation.lock_of_ours(found[ours.id]))
-        self.assertEqual((None, None),
-                         evacuation.lock_of_ours(found[users.id]))
+        self.assertEqual(reasons.Lock('host9', 'SHUTOFF'),
+                         reasons.of_lock(found[ours.id]).lock)
+        self.assertEqual(reasons.Kind.NOBODY,
+                         reasons.of_lock(found[users.id]).kind)
 
     def test_recovery_calls_round_trip(self):
         (srv,) = self.peer.create_servers(1, host='host1')
         svc = self.cloud.snapshot().service('host1')
         self.peer.control.kill('host1')
         self.peer.wait_for_service('host1', 'down')
-        marker = states.make_marker(states.HostState.FENCED,
-                                    datetime.datetime.now(
-                                        datetime.timezone.utc))
+        marker = marker_mod.Marker(states.HostState.FENCED,
+                                   datetime.datetime.now(
+                                       datetime.timezone.utc)).render()
         updated = self.cloud.update_service(
             svc, status=model.DISABLED, disabled_reason=marker,
             forced_down=True)
@@ -269,7 +270,7 @@ class TestNovaCloudStub(testtools.TestCase):
                          (updated.status, updated.disabled_reason,
                           updated.forced_down))
         self.assertEqual(states.HostState.FENCED,
-                         states.parse_marker(updated.disabled_reason)[0])
+                         reasons.read(updated.disabled_reason).marker.state)
 
         self.cloud.set_server_lock(srv.id, True, reason='instanceha')
         self.assertTrue(self.cloud.get_server(srv.id).locked)

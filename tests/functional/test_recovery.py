@@ -40,6 +40,7 @@ import testtools.content_type
 from instanceha import conf as ha_conf
 from instanceha.daemon import service as service_mod
 from instanceha.engine import events
+from instanceha.engine import reasons
 from instanceha.engine import runner
 from instanceha.engine import states
 from instanceha.plugins import loader
@@ -301,7 +302,7 @@ class TestRecovery(RecoveryTestBase):
         t_fenced = time.monotonic() - t0
         svc = cloud.service('host1')
         self.assertEqual('disabled', svc.status)
-        parsed = states.parse_marker(svc.disabled_reason)
+        parsed = reasons.read(svc.disabled_reason).marker
         self.assertIsNotNone(parsed, svc.disabled_reason)
         want = dict.fromkeys(active, 'ACTIVE')
         want[off] = 'SHUTOFF'
@@ -364,7 +365,7 @@ class TestRecovery(RecoveryTestBase):
         self.assertEqual('disabled', svc.status)
         self.assertTrue(svc.forced_down)
         self.assertEqual(states.HostState.LEFT_DISABLED,
-                         states.parse_marker(svc.disabled_reason)[0])
+                         reasons.read(svc.disabled_reason).marker.state)
         self.assertEqual('off', cloud.bmc.power_state('host1'))
         # fire-and-forget moved on once Nova accepted the calls
         wait_for(lambda: all(cloud.server(s).host != 'host1' and
@@ -534,7 +535,7 @@ class TestService(RecoveryTestBase):
         svc = cloud.service('host1')
         self.assertTrue(svc.forced_down)
         self.assertEqual('disabled', svc.status)
-        self.assertIsNotNone(states.parse_marker(svc.disabled_reason))
+        self.assertIsNotNone(reasons.read(svc.disabled_reason).marker)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         self.start_service(cloud, 'service-2')

@@ -18,6 +18,7 @@ import json
 import testtools
 
 from instanceha.engine import decide
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan
 from instanceha.engine import states
@@ -157,7 +158,7 @@ class TestMakePlan(testtools.TestCase):
 
     def test_disabled_by_us_is_recovering_not_ignored(self):
         services, servers = cloud(4, down={'host2'})
-        marker = states.make_marker(states.HostState.EVACUATING, NOW, 'x')
+        marker = marker_mod.Marker(states.HostState.EVACUATING, NOW, note='x').render()
         services[1] = svc('host2', state='down', status='disabled',
                           reason=marker, forced_down=True)
         d = run(snapshot(services, servers)).decision('host2')
@@ -168,8 +169,8 @@ class TestMakePlan(testtools.TestCase):
 
     def test_marker_on_enabled_service_is_not_trusted(self):
         services, servers = cloud(4)
-        services[0] = svc('host1', reason=states.make_marker(
-            states.HostState.FENCING, NOW))
+        services[0] = svc('host1', reason=marker_mod.Marker(
+            states.HostState.FENCING, NOW).render())
         d = run(snapshot(services, servers)).decision('host1')
         self.assertEqual(D.HEALTHY, d.decision)
 
@@ -184,8 +185,7 @@ class TestMakePlan(testtools.TestCase):
     def test_recovering_host_without_instances_stays_recovering(self):
         services, servers = cloud(4)
         services[0] = svc('host1', state='down', status='disabled',
-                          reason=states.make_marker(
-                              states.HostState.WAITING_UP, NOW))
+                          reason=marker_mod.Marker(states.HostState.WAITING_UP, NOW).render())
         servers = [s for s in servers if s.host != 'host1']
         d = run(snapshot(services, servers)).decision('host1')
         self.assertEqual(D.RECOVERING, d.decision)
@@ -211,8 +211,7 @@ class TestMakePlan(testtools.TestCase):
         for i in (0, 1):
             services[i] = svc('host%d' % (i + 1), state='down',
                               status='disabled', forced_down=True,
-                              reason=states.make_marker(
-                                  states.HostState.EVACUATING, NOW))
+                              reason=marker_mod.Marker(states.HostState.EVACUATING, NOW).render())
         p = run(snapshot(services, servers))
         self.assertEqual(D.BLOCKED, p.decision('host3').decision)
         self.assertEqual(1, len(p.blocked_by))
@@ -229,7 +228,7 @@ class TestMakePlan(testtools.TestCase):
                          (1, states.HostState.FAILED)):
             services[i] = svc('host%d' % (i + 1), state='down',
                               status='disabled', forced_down=True,
-                              reason=states.make_marker(state, NOW))
+                              reason=marker_mod.Marker(state, NOW).render())
         p = run(snapshot(services, servers))
         self.assertEqual(D.BLOCKED, p.decision('host3').decision)
         self.assertIn('threshold: 3 of 5 monitored hosts unhealthy (1 failed '

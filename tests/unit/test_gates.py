@@ -14,6 +14,7 @@
 
 import testtools
 
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan
 from instanceha.engine import states
@@ -73,7 +74,7 @@ class TestDisabledGate(testtools.TestCase):
 
     def test_detect_only(self):
         services, servers = h.cloud(4, down={'host1'})
-        marker = states.make_marker(states.HostState.EVACUATING, h.NOW)
+        marker = marker_mod.Marker(states.HostState.EVACUATING, h.NOW).render()
         services[1] = h.svc('host2', state='down', status='disabled',
                             reason=marker)
         p = h.run(h.snapshot(services, servers),
@@ -114,8 +115,7 @@ class TestFailureDomain(testtools.TestCase):
     def test_hosts_in_recovery_count(self):
         services, servers = h.cloud(6, down={'host1', 'host2'})
         services[0] = h.svc('host1', state='down', status='disabled',
-                            reason=states.make_marker(
-                                states.HostState.FENCING, h.NOW))
+                            reason=marker_mod.Marker(states.HostState.FENCING, h.NOW).render())
         aggs = [agg('rack1', ['host1', 'host2', 'host3'], '1')]
         p = h.run(h.snapshot(services, servers, aggs))
         self.assertEqual(D.BLOCKED, p.decision('host2').decision)

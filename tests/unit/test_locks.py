@@ -20,13 +20,15 @@ import dataclasses
 
 import testtools
 
-from instanceha.engine import evacuation
 from instanceha.engine import events
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import workflow
 from tests.unit import test_recovery_fakes as fakes
 
-OURS = evacuation.lock_reason
+
+def our_reason(host, was):
+    return reasons.Lock(host, was).render()
 
 
 def lock(rig, server_id, reason, task_state=None):
@@ -79,11 +81,11 @@ class TestLockSweep(testtools.TestCase):
 
     def test_ours_at_rest_unlocked_at_start_others_never(self):
         rig = self.rig
-        lock(rig, self.ours, OURS('host1', None))
-        lock(rig, self.was_off, OURS('host1', 'SHUTOFF'))
+        lock(rig, self.ours, our_reason('host1', None))
+        lock(rig, self.was_off, our_reason('host1', 'SHUTOFF'))
         lock(rig, self.users, 'owner: keep it')
         lock(rig, self.bare, None)
-        lock(rig, self.alike, OURS('host1', None) + ' by hand')
+        lock(rig, self.alike, our_reason('host1', None) + ' by hand')
         rig.run(30)
         self.assertEqual(sorted([self.ours, self.was_off]), sorted(swept(rig)))
         servers = rig.cloud.servers
@@ -124,7 +126,7 @@ class TestLockSweep(testtools.TestCase):
     def test_not_as_detect_only(self):
         rig = fakes.Rig(disabled=True)
         vm, = rig.cloud.boot('host2', 1)
-        lock(rig, vm, OURS('host1', None))
+        lock(rig, vm, our_reason('host1', None))
         rig.run(10)
         self.assertTrue(rig.cloud.servers[vm].locked)
         self.assertEqual(0, listings(rig))
@@ -132,7 +134,7 @@ class TestLockSweep(testtools.TestCase):
     def test_only_as_leader_and_again_when_leadership_is_gained(self):
         rig = self.rig
         rig.coordinator.leader = False
-        lock(rig, self.ours, OURS('host1', None))
+        lock(rig, self.ours, our_reason('host1', None))
         rig.run(5)
         self.assertTrue(rig.cloud.servers[self.ours].locked)
         self.assertEqual(0, listings(rig))
@@ -141,7 +143,7 @@ class TestLockSweep(testtools.TestCase):
         self.assertFalse(rig.cloud.servers[self.ours].locked)
         rig.coordinator.leader = False
         rig.run(2)
-        lock(rig, self.was_off, OURS('host1', None))
+        lock(rig, self.was_off, our_reason('host1', None))
         rig.coordinator.leader = True
         rig.run(2)
         self.assertFalse(rig.cloud.servers[self.was_off].locked)
@@ -149,7 +151,7 @@ class TestLockSweep(testtools.TestCase):
 
     def test_listing_fails_tried_again_next_poll(self):
         rig = self.rig
-        lock(rig, self.ours, OURS('host1', None))
+        lock(rig, self.ours, our_reason('host1', None))
         real = rig.cloud.locked_servers
         failures = []
 

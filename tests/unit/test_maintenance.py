@@ -16,7 +16,9 @@ import datetime
 
 import testtools
 
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.ops import maintenance
@@ -37,45 +39,48 @@ def service(status='disabled', state='up', reason=None, forced=False):
 class TestReason(testtools.TestCase):
 
     def test_round_trip(self):
-        text = maintenance.make_reason(NOW, 'kernel  upgrade\nCHG-1')
+        text = reasons.Maintenance(NOW, 'kernel  upgrade\nCHG-1').render()
         self.assertEqual('instanceha-maintenance 2026-11-29T22:05:07Z '
                          'kernel upgrade CHG-1', text)
-        self.assertEqual((NOW, 'kernel upgrade CHG-1'),
-                         maintenance.parse_reason(text))
-        self.assertEqual((NOW, ''), maintenance.parse_reason(
-            maintenance.make_reason(NOW)))
+        self.assertEqual(reasons.Maintenance(NOW, 'kernel upgrade CHG-1'),
+                         reasons.read(text).maintenance)
+        self.assertEqual(reasons.Maintenance(NOW), reasons.read(
+            reasons.Maintenance(NOW).render()).maintenance)
 
     def test_local_time_stored_as_utc(self):
         cet = datetime.timezone(datetime.timedelta(hours=1))
-        text = maintenance.make_reason(NOW.astimezone(cet))
-        self.assertEqual((NOW, ''), maintenance.parse_reason(text))
+        text = reasons.Maintenance(NOW.astimezone(cet)).render()
+        self.assertEqual(reasons.Maintenance(NOW),
+                         reasons.read(text).maintenance)
 
     def test_fits_novas_limit(self):
-        self.assertEqual(255, len(maintenance.make_reason(NOW, 'x' * 400)))
+        self.assertEqual(255, len(reasons.Maintenance(NOW,
+                                                      'x' * 400).render()))
 
     def test_not_ours(self):
         for text in (None, '', 'kernel upgrade',
                      'instanceha-maintenance', 'instanceha-maintenance now',
                      'instanceha:fenced 2026-11-29T22:05:07Z',
                      'xinstanceha-maintenance 2026-11-29T22:05:07Z'):
-            self.assertIsNone(maintenance.parse_reason(text), text)
+            self.assertIsNone(reasons.read(text).maintenance, text)
 
     def test_never_a_recovery_marker(self):
-        # The engine resumes anything parse_marker accepts; maintenance
+        # The engine resumes any recovery marker it reads; maintenance
         # must stay an operator's reason the enabled filter ignores.
-        text = maintenance.make_reason(NOW, 'instanceha:fenced')
-        self.assertIsNone(states.parse_marker(text))
+        text = reasons.Maintenance(NOW, 'instanceha:fenced').render()
+        self.assertIsNone(reasons.read(text).marker)
         reason = enabled.EnabledFilter(None).host_reason(
             'h1', model.Snapshot(taken_at=NOW, services=(
                 service(reason=text),)))
         self.assertIn('disabled by an operator', reason)
 
     def test_in_maintenance_needs_disabled(self):
-        text = maintenance.make_reason(NOW)
-        self.assertTrue(maintenance.in_maintenance(service(reason=text)))
-        self.assertFalse(maintenance.in_maintenance(
-            service(status='enabled', reason=text)))
-        self.assertFalse(maintenance.in_maintenance(None))
+        text = reasons.Maintenance(NOW).render()
+        self.assertIsNotNone(
+            reasons.of_disabled(service(reason=text)).maintenance)
+        self.assertIsNone(reasons.of_disabled(
+            service(status='enabled', reason=text)).maintenance)
+        self.assertIsNone(reasons.of_disabled(None).maintenance)
 
 
 class TestStartable(testtools.TestCase):
@@ -85,12 +90,11 @@ class TestStartable(testtools.TestCase):
 
     def test_healthy_and_resumed_ok(self):
         self.check(service(status='enabled'))
-        self.check(service(reason=maintenance.make_reason(NOW)))
+        self.check(service(reason=reasons.Maintenance(NOW).render()))
 
     def test_refusals_say_why(self):
         cases = [
-            (service(reason=states.make_marker(states.HostState.EVACUATING,
-                                               NOW)),
+            (service(reason=marker_mod.Marker(states.HostState.EVACUATING, NOW).render()),
              'being recovered by instanceha (marker evacuating'),
             (service(status='enabled', state='down'),
              'is down (Nova state down)'),
@@ -156,7 +160,7 @@ class TestNotHalfDone(testtools.TestCase):
                       'it is still on h1: live-migrate server u1: HTTP 409 '
                       'from Nova: Conflict', lines[-1])
         self.assertIn('(request id req-sim-fault-1)', lines[-1])
-        self.assertTrue(maintenance.in_maintenance(
-            world.service_model(world.hosts['h1'])))
+        self.assertIsNotNone(reasons.of_disabled(
+            world.service_model(world.hosts['h1'])).maintenance)
         self.assertEqual({maintenance.HOME_KEY: 'h1'},
                          world.servers['u1'].metadata)

@@ -24,7 +24,7 @@ from instanceha.conf import evacuation as evac_conf
 from instanceha.engine import events
 from instanceha.engine import migration_records
 from instanceha.engine import model
-from instanceha.engine import states
+from instanceha.engine import reasons
 from instanceha.engine.states import HostState as S
 from instanceha import exceptions
 from tests.unit import test_recovery_fakes as fakes
@@ -38,8 +38,8 @@ class TestCase(testtools.TestCase):
 
 
 def marker_state(rig, host):
-    parsed = states.parse_marker(rig.cloud.services[host].disabled_reason)
-    return parsed[0] if parsed else None
+    parsed = reasons.read(rig.cloud.services[host].disabled_reason).marker
+    return parsed.state if parsed else None
 
 
 class TestHappyPath(TestCase):

@@ -17,12 +17,12 @@ import uuid
 import testtools
 
 from instanceha.engine import events
-from instanceha.engine import marker
+from instanceha.engine import reasons
 from tests.unit import test_recovery_fakes as fakes
 
 
 def rid_in_marker(rig, host):
-    parsed = marker.Marker.parse(rig.cloud.services[host].disabled_reason)
+    parsed = reasons.read(rig.cloud.services[host].disabled_reason).marker
     return parsed.recovery if parsed else None
 
 

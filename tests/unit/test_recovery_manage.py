@@ -17,7 +17,8 @@ import dataclasses
 import testtools
 
 from instanceha.cmd import manage_hosts
-from instanceha.engine import states
+from instanceha.engine import marker as marker_mod
+from instanceha.engine import reasons
 from instanceha.engine.states import HostState as S
 from instanceha import exceptions
 from tests.unit import test_recovery_fakes as fakes
@@ -34,7 +35,7 @@ class TestHosts(testtools.TestCase):
         self.cloud.services[host] = dataclasses.replace(
             self.cloud.services[host], status='disabled',
             forced_down=forced_down,
-            disabled_reason=states.make_marker(state, fakes.T0, note))
+            disabled_reason=marker_mod.Marker(state, fakes.T0, note=note).render())
 
     def test_describe(self):
         self.mark('host2', S.FAILED, '1 instance(s) not evacuated')
@@ -55,7 +56,7 @@ class TestHosts(testtools.TestCase):
         self.assertFalse(svc.forced_down)
         self.assertEqual('disabled', svc.status)
         self.assertEqual(S.WAITING_UP,
-                         states.parse_marker(svc.disabled_reason)[0])
+                         reasons.read(svc.disabled_reason).marker.state)
         # Its times on Nova's clock, as the service writes them.
         self.assertIn(' clock=nova', svc.disabled_reason)
 
@@ -94,8 +95,8 @@ class TestHosts(testtools.TestCase):
     def test_clear_waiting_up_again(self):
         self.mark('host2', S.WAITING_UP, forced_down=False)
         manage_hosts.clear(self.cloud, 'host2', False, fakes.T0)
-        self.assertEqual(S.WAITING_UP, states.parse_marker(
-            self.cloud.services['host2'].disabled_reason)[0])
+        self.assertEqual(S.WAITING_UP, reasons.read(
+            self.cloud.services['host2'].disabled_reason).marker.state)
 
     def test_json_help_says_array(self):
         import argparse

@@ -23,6 +23,7 @@ import testtools
 from instanceha.engine import decide
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import shutdown
 from instanceha import exceptions
 from instanceha.heartbeat import agent as agent_mod
@@ -312,28 +313,28 @@ class TestPolicy(testtools.TestCase):
         self.assertIn('a=migrate, b=failover', self.log.output)
 
     def test_frozen_reason_round_trip(self):
-        fr = shutdown.Frozen(since=NOW, kind='reboot',
-                             until=NOW + datetime.timedelta(seconds=900),
-                             note='policy freeze')
+        fr = reasons.Frozen(since=NOW, kind='reboot',
+                            until=NOW + datetime.timedelta(seconds=900),
+                            note='policy freeze')
         text = fr.render()
         self.assertTrue(text.startswith('instanceha-shutdown '))
-        self.assertEqual(fr, shutdown.Frozen.parse(text))
-        self.assertIsNone(shutdown.Frozen.parse('instanceha:fenced x'))
-        self.assertIsNone(shutdown.Frozen.parse('firmware update'))
+        self.assertEqual(fr, reasons.read(text).frozen)
+        self.assertIsNone(reasons.read('instanceha:fenced x').frozen)
+        self.assertIsNone(reasons.read('firmware update').frozen)
 
     def test_failover_record_round_trip_and_old_freezes_parse(self):
-        fr = shutdown.Frozen(since=NOW, kind='poweroff',
-                             until=NOW + datetime.timedelta(seconds=900),
-                             note='policy failover', action='failover')
+        fr = reasons.Frozen(since=NOW, kind='poweroff',
+                            until=NOW + datetime.timedelta(seconds=900),
+                            note='policy failover', action='failover')
         text = fr.render()
         self.assertIn(' action=failover policy failover', text)
-        self.assertEqual(fr, shutdown.Frozen.parse(text))
-        self.assertTrue(shutdown.Frozen.parse(text).failover)
+        self.assertEqual(fr, reasons.read(text).frozen)
+        self.assertTrue(reasons.read(text).frozen.failover)
         # A freeze written by the previous version: no action, a freeze.
-        old = shutdown.Frozen.parse(
+        old = reasons.read(
             'instanceha-shutdown 2026-01-01T00:01:00Z reboot '
             'until=2026-01-01T00:16:00Z policy conditional ([shutdown] '
-            'policy)')
+            'policy)').frozen
         self.assertIsNone(old.action)
         self.assertFalse(old.failover)
         self.assertEqual('policy conditional ([shutdown] policy)', old.note)
@@ -343,12 +344,12 @@ class TestPolicy(testtools.TestCase):
 
     def test_times_on_novas_clock(self):
         for action in (None, 'failover'):
-            fr = shutdown.Frozen(since=NOW, kind='reboot', action=action,
-                                 until=NOW + datetime.timedelta(seconds=300),
-                                 note='policy conditional', nova_clock=True)
+            fr = reasons.Frozen(since=NOW, kind='reboot', action=action,
+                                until=NOW + datetime.timedelta(seconds=300),
+                                note='policy conditional', nova_clock=True)
             text = fr.render()
             self.assertIn(' clock=nova policy conditional', text)
-            back = shutdown.Frozen.parse(text)
+            back = reasons.read(text).frozen
             self.assertEqual(fr, back)
             self.assertEqual('policy conditional', back.note)
             # Read by a copy whose clock runs 600 s ahead of Nova's.

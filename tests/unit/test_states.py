@@ -44,19 +44,3 @@ class TestStates(testtools.TestCase):
         self.assertRaises(states.TransitionError, states.check_transition,
                           'h1', S.SUSPECT, S.EVACUATING)
         states.check_transition('h1', S.FENCING, S.FENCED)
-
-    def test_marker_round_trip(self):
-        for state in S:
-            text = states.make_marker(state, NOW, 'note: 3 instances')
-            self.assertEqual((state, NOW, 'note: 3 instances'),
-                             states.parse_marker(text))
-
-    def test_failed_marker_stands_out(self):
-        text = states.make_marker(S.FAILED, NOW, 'server x failed 5 times')
-        self.assertIn('FAILED', text)
-
-    def test_foreign_reasons_are_not_markers(self):
-        for text in (None, '', 'maintenance by bob',
-                     'instanceha:bogus 2026-11-29T12:00:05Z',
-                     'instanceha:fenced yesterday'):
-            self.assertIsNone(states.parse_marker(text))

@@ -24,8 +24,8 @@ import testtools
 from instanceha.engine import executor
 from instanceha.engine import marker
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import runner as engine_runner
-from instanceha.engine import shutdown as engine_shutdown
 from instanceha.engine import states
 from instanceha.engine import watch
 from instanceha.sim import runner
@@ -186,11 +186,11 @@ class TestSchedule(testtools.TestCase):
     def test_hosts_waiting_for_their_compute(self):
         down = marker.Marker(state=states.HostState.SERVICE_DOWN,
                              when=NOW).render()
-        frozen = engine_shutdown.Frozen(
+        frozen = reasons.Frozen(
             since=NOW, kind='reboot',
             until=NOW + datetime.timedelta(minutes=10)).render()
         drained = ('instanceha-maintenance 2026-01-01T12:00:00Z %s reboot '
-                   'announced' % engine_shutdown.DRAIN_NOTE)
+                   'announced' % reasons.DRAIN_NOTE)
         for reason in (down, frozen, drained):
             w = self.watched(svc('a', age=1),
                              svc('b', age=90, state='down',

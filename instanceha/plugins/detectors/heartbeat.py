@@ -63,6 +63,7 @@ import datetime
 import logging
 
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import shutdown
 from instanceha import exceptions
 from instanceha.heartbeat import keys
@@ -250,7 +251,7 @@ class HeartbeatDetector(base.Detector):
         """Failover records in Nova (the announcement, made durable)."""
         recorded = {}
         for svc in snapshot.services:
-            fr = shutdown.frozen(svc)
+            fr = reasons.of_disabled(svc).frozen
             if fr is None or not fr.failover:
                 continue
             at = mono - max(0.0, (now - fr.since).total_seconds())

@@ -13,8 +13,7 @@
 """Hosts an operator disabled are out of scope."""
 
 from instanceha.engine import model
-from instanceha.engine import shutdown
-from instanceha.engine import states
+from instanceha.engine import reasons
 from instanceha.plugins.filters import base
 
 
@@ -24,7 +23,7 @@ class EnabledFilter(base.Filter):
     A service disabled by instanceha itself carries our marker in
     disabled_reason: that host is in recovery, not in maintenance,
     and is kept (the plan shows it recovering). One frozen by its
-    announced shutdown (instanceha.engine.shutdown) is left out too: it
+    announced shutdown (instanceha.engine.reasons.Frozen) is left out too: it
     is expected back.
     """
 
@@ -36,15 +35,15 @@ class EnabledFilter(base.Filter):
         svc = snapshot.service(host)
         if svc is None or not svc.disabled:
             return None
-        if states.parse_marker(svc.disabled_reason):
+        reading = reasons.of_service(svc)
+        if reading.marker is not None:
             return None
-        frozen = shutdown.Frozen.parse(svc.disabled_reason)
+        frozen = reading.frozen
         if frozen is not None and frozen.failover:
             return None  # recovered: failover of an announced shutdown
         if frozen is not None:
             return ('frozen by its announced %s until %s (shutdown policy)'
                     % (frozen.kind, frozen.until.isoformat()))
-        if svc.disabled_reason:
-            return 'disabled by an operator (reason: %s)' % (
-                svc.disabled_reason,)
+        if reading.kind is not reasons.Kind.NOBODY:
+            return 'disabled by an operator (reason: %s)' % (reading.text,)
         return 'disabled by an operator'
