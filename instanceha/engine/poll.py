@@ -62,8 +62,7 @@ class Poll(tick.Plumbing):
         only; another witness (heartbeats, kdump) may see a failure Nova
         does not, so then the full picture is read every poll as well.
         """
-        return all(getattr(d, 'judges_services_only', False)
-                   for d in self.drivers.detectors)
+        return all(d.judges_services_only for d in self.drivers.detectors)
 
     def _read_services(self, mono: float) -> None:
         """Read the services alone when due (see :mod:`.watch`).

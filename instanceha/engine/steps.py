@@ -41,6 +41,7 @@ from instanceha.engine.workflow import HostWorkflow
 from instanceha.engine.workflow import LOG
 from instanceha.engine.workflow import S
 from instanceha import exceptions
+from instanceha.plugins.detectors import base as det_base
 
 
 class Steps(tick.Plumbing):
@@ -655,10 +656,11 @@ class Steps(tick.Plumbing):
             back = not svc.forced_down and svc.state == model.UP
         elif svc.forced_down:
             # ...and a report recent enough not to be judged failed at
-            # once (``delta``), had a read been missed.
-            back = svc.reported_after(wf.up_after) and (
-                self.snapshot.nova_now(self.snapshot.taken_at) -
-                svc.updated_at).total_seconds() <= self.conf.delta
+            # once (not stale by the failed rule), had a read been missed.
+            back = svc.reported_after(wf.up_after) and not (
+                det_base.Detector.judge_service(
+                    svc, self.snapshot.nova_now(self.snapshot.taken_at),
+                    self.conf.delta).stale)
         else:
             back = (svc.reported_after(wf.up_after) and
                     svc.state == model.UP)

@@ -66,6 +66,7 @@ from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import reasons
 from instanceha import exceptions
+from instanceha.plugins.detectors import base as det_base
 
 LOG = logging.getLogger(__name__)
 
@@ -98,21 +99,22 @@ def attention(snapshot: model.Snapshot, now: datetime.datetime,
               delta: float, skip=()) -> dict[str, tuple]:
     """Hosts whose service shows anything but plain health, and what.
 
-    Plain health: up, enabled, not forced down, a heartbeat at most
-    ``delta`` seconds old on Nova's clock. ``skip``: hosts left out (the
-    engine's own workflows).
+    Plain health: enabled, and alive by the detector contract's rule for
+    a compute service (:meth:`Detector.judge_service
+    <instanceha.plugins.detectors.base.Detector.judge_service>`: up, not
+    forced down, a heartbeat at most ``delta`` seconds old on Nova's
+    clock), the rule the Nova detector votes by. ``skip``: hosts left
+    out (the engine's own workflows).
     """
     nova_now = snapshot.nova_now(now)
     out = {}
     for svc in snapshot.services:
         if svc.host in skip:
             continue
-        stale = (svc.updated_at is None or
-                 (nova_now - svc.updated_at).total_seconds() > delta)
-        if (svc.state == model.UP and not svc.forced_down and
-                not svc.disabled and not stale):
+        view = det_base.Detector.judge_service(svc, nova_now, delta)
+        if view.verdict is det_base.Verdict.ALIVE and not svc.disabled:
             continue
-        out[svc.host] = (svc.state, svc.status, svc.forced_down, stale,
+        out[svc.host] = (svc.state, svc.status, svc.forced_down, view.stale,
                          svc.disabled_reason)
     return out
 

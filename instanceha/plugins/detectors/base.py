@@ -51,9 +51,28 @@ class Evidence:
     announced: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class ServiceView:
+    """What a compute service alone shows of its host (the failed rule)."""
+
+    verdict: Verdict
+    #: What was seen, for operators (the heartbeat's age, the state).
+    seen: str
+    #: No heartbeat within ``[DEFAULT] delta`` by Nova's clock, or none
+    #: readable (whatever the state).
+    stale: bool
+
+
 class Detector(base.Driver):
     """One witness of a host's health."""
 
+    #: True for a witness whose verdicts are :meth:`judge_service` of each
+    #: compute service and nothing else (the Nova detector). When every
+    #: configured witness is one, the compute services alone show every
+    #: failure they could report, so the engine reads the full picture
+    #: only when the services show something (see
+    #: :mod:`instanceha.engine.watch`).
+    judges_services_only: bool = False
     #: True for a witness that only ever reports failures (kdump speaks up
     #: only while a host dumps): its silence is not a missing vote, so
     #: ``[detection] combine = all`` does not wait for it.
@@ -63,6 +82,52 @@ class Detector(base.Driver):
     #: environment (UDP sockets in the service, the simulated hosts in
     #: the simulator). None: the service's UDP listeners.
     listeners: ports.ListenerFactory | None = None
+
+    @staticmethod
+    def judge_service(service: model.Service, nova_now: datetime.datetime,
+                      delta: float) -> ServiceView:
+        """The one rule for "this compute service shows its host failed".
+
+        FAILED when Nova forces it down or reports it down, or reports it
+        up with a heartbeat (``updated_at``) older than ``delta`` seconds
+        on Nova's clock (``nova_now``: our clock would make every host
+        look failed once it runs ahead). UNKNOWN, no vote, for a state
+        Nova should not report or a heartbeat time it did not give or
+        that could not be read: a parsing problem never looks like a
+        dead host. ALIVE otherwise.
+
+        The Nova detector votes by it; the engine's fast path asks it of
+        every service it reads between two full reads, whichever
+        witnesses are configured (a host not ALIVE, or disabled, calls
+        for a full read, see :mod:`instanceha.engine.watch`). It is the
+        contract's, not a witness's: a witness that judges otherwise says
+        so in :meth:`detect` and :meth:`suspects`.
+        """
+        age = (None if service.updated_at is None else
+               (nova_now - service.updated_at).total_seconds())
+        if age is not None:
+            seen = 'last heartbeat %ds ago' % age
+        elif service.updated_at_raw:
+            seen = 'malformed updated_at %r' % service.updated_at_raw[:64]
+        else:
+            seen = 'no updated_at'
+        stale = age is None or age > delta
+        if service.forced_down:
+            return ServiceView(Verdict.FAILED, 'forced down (%s)' % seen,
+                               stale)
+        if service.state == model.DOWN:
+            return ServiceView(Verdict.FAILED, 'state down (%s)' % seen,
+                               stale)
+        if service.state != model.UP:
+            return ServiceView(Verdict.UNKNOWN, 'unexpected state %r (%s)'
+                               % (service.state, seen), stale)
+        if service.updated_at is None:
+            return ServiceView(Verdict.UNKNOWN, 'state up but %s' % seen,
+                               stale)
+        if stale:
+            return ServiceView(Verdict.FAILED, 'state up but %s > delta %ds'
+                               % (seen, delta), stale)
+        return ServiceView(Verdict.ALIVE, 'state up, %s' % seen, stale)
 
     @abc.abstractmethod
     def detect(self, snapshot: model.Snapshot,
@@ -75,8 +140,8 @@ class Detector(base.Driver):
 
         Asked before the cloud is read, so that only those hosts' servers
         are listed; it must change nothing (no counting, no logging).
-        Hosts Nova itself reports down, stale or disabled are read
-        anyway. None (the default): this witness cannot say, and every
-        server of the cloud is read.
+        Hosts whose compute service is not ALIVE by :meth:`judge_service`
+        or is disabled are read anyway. None (the default): this witness
+        cannot say, and every server of the cloud is read.
         """
         return None

@@ -34,18 +34,15 @@ class NovaDetector(base.Detector):
 
     Nova itself declares a service down only after its
     ``service_down_time`` (60 s by default); ``[DEFAULT] delta`` lets
-    instanceha notice a stale ``updated_at`` sooner. The age is measured
-    on Nova's clock (``Snapshot.nova_now``): our clock running ahead of
-    Nova's would otherwise make every host look failed. A missing or
-    malformed time stamp on a service Nova reports ``up`` gives no vote
-    (unknown, with the raw text in the reason): a parsing problem must
-    never look like a dead host.
+    instanceha notice a stale ``updated_at`` sooner. Its verdict on each
+    host is the contract's rule for a compute service,
+    :meth:`~instanceha.plugins.detectors.base.Detector.judge_service`
+    (on Nova's clock; a missing or malformed time stamp gives no vote),
+    the same rule the engine's fast path reads the services by.
     """
 
     description = ('nova-compute state down, or updated_at older than '
                    '[DEFAULT] delta (by Nova\'s clock)')
-    #: Its verdict needs only the compute services (see
-    #: :mod:`instanceha.engine.watch`).
     judges_services_only = True
 
     def __init__(self, conf):
@@ -64,12 +61,16 @@ class NovaDetector(base.Detector):
 
     def detect(self, snapshot: model.Snapshot,
                now: datetime.datetime) -> dict[str, base.Evidence]:
-        delta = datetime.timedelta(seconds=self.conf.delta)
         self._report_skew(snapshot.clock_skew)
         # updated_at is written by Nova's clock: judge it by Nova's clock.
-        now = snapshot.nova_now(now)
-        return {svc.host: self._judge(svc, now, delta)
-                for svc in snapshot.services}
+        nova_now = snapshot.nova_now(now)
+        out = {}
+        for svc in snapshot.services:
+            view = self.judge_service(svc, nova_now, self.conf.delta)
+            out[svc.host] = base.Evidence(svc.host, view.verdict,
+                                          'nova: ' + view.seen,
+                                          control_plane=True)
+        return out
 
     def _report_skew(self, skew: float | None) -> None:
         """Warn when our clock and Nova's differ by more than the bound.
@@ -90,31 +91,3 @@ class NovaDetector(base.Detector):
         if last is None or abs(skew - last) > bound:
             LOG.warning(skew_message(skew, bound))
             self._skew_reported = skew
-
-    @staticmethod
-    def _judge(svc: model.Service, now: datetime.datetime,
-               delta: datetime.timedelta) -> base.Evidence:
-        def ev(verdict, text):
-            return base.Evidence(svc.host, verdict, 'nova: ' + text,
-                                 control_plane=True)
-
-        if svc.updated_at is not None:
-            age = (now - svc.updated_at).total_seconds()
-            seen = 'last heartbeat %ds ago' % age
-        elif svc.updated_at_raw:
-            seen = 'malformed updated_at %r' % svc.updated_at_raw[:64]
-        else:
-            seen = 'no updated_at'
-        if svc.forced_down:
-            return ev(base.Verdict.FAILED, 'forced down (%s)' % seen)
-        if svc.state == model.DOWN:
-            return ev(base.Verdict.FAILED, 'state down (%s)' % seen)
-        if svc.state != model.UP:
-            return ev(base.Verdict.UNKNOWN, 'unexpected state %r (%s)'
-                      % (svc.state, seen))
-        if svc.updated_at is None:
-            return ev(base.Verdict.UNKNOWN, 'state up but %s' % seen)
-        if now - svc.updated_at > delta:
-            return ev(base.Verdict.FAILED, 'state up but %s > delta %ds'
-                      % (seen, delta.total_seconds()))
-        return ev(base.Verdict.ALIVE, 'state up, %s' % seen)
