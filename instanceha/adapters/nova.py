@@ -65,6 +65,7 @@ from novaclient import exceptions as nova_exc
 from oslo_config import cfg
 
 from instanceha.adapters import nova_answers as answers
+from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -87,13 +88,13 @@ def _bound_by_lease(http) -> None:
     """Bound every HTTP request's time-out by the caller's call budget.
 
     Inside a side effect the leadership guard allows
-    (:func:`instanceha.engine.ports.call_budget`), a request may not
+    (:func:`instanceha.engine.guard.call_budget`), a request may not
     outlive the proven lease: its time-out is cut to what is left.
     """
     send = http.request
 
     def request(method, url, **kwargs):
-        budget = ports.call_budget()
+        budget = guard.call_budget()
         if budget is not None:
             budget = max(budget, 0.01)
             timeout = kwargs.get('timeout')
@@ -504,7 +505,7 @@ class NovaCloud(ports.CloudPort):
 
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None,
-                 hosts: ports.HostSelector | None = None,
+                 hosts: model.HostSelector | None = None,
                  aggregates: bool = True,
                  services: model.Snapshot | None = None) -> model.Snapshot:
         taken_at = datetime.datetime.now(datetime.timezone.utc)
@@ -521,7 +522,7 @@ class NovaCloud(ports.CloudPort):
         else:
             # One bounded listing per host that needs deciding: a healthy
             # cloud of 100,000 instances is not read page by page.
-            servers_read = ports.select_hosts(hosts, services)
+            servers_read = model.select_hosts(hosts, services)
             servers = tuple(srv for host in sorted(servers_read)
                             for srv in self.list_servers(host))
         aggregates = self.list_aggregates() if aggregates else ()

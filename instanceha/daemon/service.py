@@ -35,6 +35,7 @@ from instanceha.adapters import clock as clock_mod
 from instanceha.daemon import reloading
 from instanceha.engine import events as events_mod
 from instanceha.engine import executor as executor_mod
+from instanceha.engine import guard
 from instanceha.engine import ports
 from instanceha.engine import recovery
 from instanceha.engine import runner
@@ -142,7 +143,7 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
     fan_out = events_mod.FanOutEventSink(event_sink or notifications)
     from instanceha.daemon import shutdown_handler as shutdown
     heartbeat = shutdown.find_detector(drivers)
-    env = ports.Environment(
+    env = guard.assemble(
         cloud=cloud or make_cloud(conf),
         clock=clock,
         fencer=fencer or make_fencer(conf, clock),

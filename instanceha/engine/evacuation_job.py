@@ -36,6 +36,7 @@ import logging
 
 from instanceha.engine import evacuation_tasks as tasks_mod
 from instanceha.engine import events
+from instanceha.engine import guard
 from instanceha.engine import instance_evacuation
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import migration_records as records_mod
@@ -57,7 +58,7 @@ class StepContext:
     budget: int
     #: Reads the host's power (or kdump) now. Every evacuate call needs a
     #: reading made in its own step (the cloud port refuses it otherwise,
-    #: see :class:`ports.PowerProof`). None: nothing is evacuated.
+    #: see :class:`guard.PowerProof`). None: nothing is evacuated.
     prove_off: Callable[[], ports.PowerReading] | None = None
     #: Writes ``(instances given up, evacuation stopped)`` where a resumed
     #: copy reads them (the host's marker), as soon as they change.
@@ -234,16 +235,15 @@ class EvacuationJob:
         ``ctx.budget`` calls running at once.
         """
         env = ctx.env
-        if env.guard is not None:
-            # A job queued while this copy led may run after it stopped
-            # leading: it then neither acts nor tells a story.
-            env.guard.check('evacuation step of %s' % self.host)
+        # A job queued while this copy led may run after it stopped
+        # leading: it then neither acts nor tells a story.
+        env.guard.check('evacuation step of %s' % self.host)
         records = None
         budget = ctx.budget
         # A proof read in this step only: the fence's, or an earlier
         # step's, says nothing about now (someone may have powered the
         # host on since). The cloud port asks it before every evacuate.
-        proof = (ports.PowerProof(self.host, ctx.prove_off, env.clock)
+        proof = (guard.PowerProof(self.host, ctx.prove_off, env.clock)
                  if ctx.prove_off is not None else None)
         if ctx.prelude is not None:
             self._prepare(env, ctx, proof)
@@ -320,7 +320,7 @@ class EvacuationJob:
                            server=task.server_id, reason=self._stopped)
                 self.instances.unlock(env, task)
 
-    def _batch(self, ctx: StepContext, proof: ports.PowerProof | None,
+    def _batch(self, ctx: StepContext, proof: guard.PowerProof | None,
                budget: int, now: float) -> list[tasks_mod.InstanceTask]:
         """The instances whose evacuate calls this step makes, in order."""
         batch: list[tasks_mod.InstanceTask] = []
@@ -339,7 +339,7 @@ class EvacuationJob:
         return batch
 
     def _prepare(self, env, ctx: StepContext,
-                 proof: ports.PowerProof | None) -> None:
+                 proof: guard.PowerProof | None) -> None:
         """Run ``ctx.prelude`` and warm this step's reads, all at once.
 
         The prelude (a marker write) and the reads the step needs before

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from instanceha.engine import evacuation
 from instanceha.engine import evacuation_tasks as tasks_mod
 from instanceha.engine import events
+from instanceha.engine import guard
 from instanceha.engine import migration_records as records_mod
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -46,9 +47,7 @@ def run_calls(env: ports.Environment, calls: list[Callable[[], object]],
     At most ``limit`` at once (None: no bound); once one raised, none not
     yet started is started.
     """
-    run = getattr(env.executor, 'run_calls', None)
-    if run is None:  # an executor from before run_calls
-        run = ports.Executor.run_calls.__get__(env.executor)
+    run = env.executor.run_calls
     return run(calls) if limit is None else run(calls, limit=limit)
 
 
@@ -367,7 +366,7 @@ class InstanceEvacuation:
 
     def start_all(self, env: ports.Environment,
                   batch: list[tasks_mod.InstanceTask],
-                  proof: ports.PowerProof | None,
+                  proof: guard.PowerProof | None,
                   choose: Callable[[tasks_mod.InstanceTask], str | None],
                   limit: int) -> ports.PowerReading | None:
         """Start the evacuations of ``batch``; what a failed proof read.
@@ -386,24 +385,24 @@ class InstanceEvacuation:
         if not batch or proof is None:
             return None
         try:
-            with env.guard.proving(proof):
+            with guard.proving(proof):
                 proof.require()
-        except ports.PowerUnproven as exc:
+        except guard.PowerUnproven as exc:
             return exc.reading
         for task in batch:
             task.not_before = None
             task.target = choose(task)
 
         def start(task: tasks_mod.InstanceTask) -> None:
-            with env.guard.proving(proof):
+            with guard.proving(proof):
                 self.start(env, task)
 
         errors = run_calls(env, [lambda t=task: start(t) for task in batch],
                            limit=limit)
         for exc in errors:
-            if exc is not None and not isinstance(exc, ports.PowerUnproven):
+            if exc is not None and not isinstance(exc, guard.PowerUnproven):
                 raise exc
         for exc in errors:
-            if isinstance(exc, ports.PowerUnproven):
+            if isinstance(exc, guard.PowerUnproven):
                 return exc.reading
         return None

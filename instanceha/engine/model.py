@@ -18,6 +18,8 @@ builds it from its model. Decision code reads only these values, never a
 client library's objects, so it runs the same everywhere.
 """
 
+from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
 import dataclasses
 import datetime
@@ -160,6 +162,20 @@ class InstanceAction:
     start_time: datetime.datetime | None = None
     #: 'Error' when one of the action's events failed.
     message: str | None = None
+
+
+#: Which hosts' servers a snapshot lists: names, or a function of the
+#: services the snapshot read.
+HostSelector = (Iterable[str] |
+                Callable[[tuple[Service, ...]], Iterable[str]])
+
+
+def select_hosts(hosts: HostSelector,
+                 services: tuple[Service, ...]) -> frozenset[str]:
+    """The host names a :data:`HostSelector` stands for."""
+    if callable(hosts):
+        hosts = hosts(services)
+    return frozenset(hosts)
 
 
 @dataclasses.dataclass(frozen=True)

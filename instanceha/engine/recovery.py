@@ -42,7 +42,7 @@ A host's way through the table of :mod:`instanceha.engine.states`::
   it is enabled once Nova reports it ``up``.
 
 Safety: every side effect passes the environment's leadership guard at
-the moment it is made (see :class:`instanceha.engine.ports.LeaderGuard`);
+the moment it is made (see :class:`instanceha.engine.guard.LeaderGuard`);
 the steps' own leadership checks only avoid submitting work that would be
 refused. Each job holds the coordinator's lock on its host. Evacuate
 calls need a fresh proof that the host is off (``prove_off``); a host an

@@ -175,13 +175,20 @@ class AnnouncedFencer(ports.Fencer):
         return getattr(self._inner, name)
 
     @property
-    def device_guard(self):
+    def supports_device_guard(self) -> bool:  # type: ignore[override]
+        return self._inner.supports_device_guard
+
+    @property
+    def device_guard(self):  # type: ignore[override]
         """The leadership check of each device operation (the inner's)."""
-        return getattr(self._inner, 'device_guard', None)
+        return self._inner.device_guard
 
     @device_guard.setter
     def device_guard(self, check) -> None:
         self._inner.device_guard = check
+
+    def learn_hosts(self, hosts) -> None:
+        self._inner.learn_hosts(hosts)
 
     def _announcement(self, host: str) -> tuple[Announcement | None, float]:
         source = self._source

@@ -29,6 +29,7 @@ from instanceha.conf import evacuation as evacuation_conf
 from instanceha.engine import evacuation_job
 from instanceha.engine import evacuation_tasks
 from instanceha.engine import events
+from instanceha.engine import guard
 from instanceha.engine import migration_records
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -389,7 +390,7 @@ class Steps(tick.Plumbing):
 
         A message proves only that the dump was live when it was sent: it
         may end, and the host reboot, a moment later. So only a message
-        at most :data:`ports.KDUMP_FRESH` old proves the host off, and
+        at most :data:`guard.KDUMP_FRESH` old proves the host off, and
         only for what is left of that time. While the dump looks live
         (its last message at most ``window``, ``[kdump] message_interval``,
         old) the step waits for its next message and acts right after it;
@@ -405,9 +406,9 @@ class Steps(tick.Plumbing):
             age = (clock.now() - last).total_seconds()
             # A message stamped ahead of our clock (a step back of the
             # clock) is no fresher than any other: wait for a new one.
-            if -ports.KDUMP_FRESH <= age < ports.KDUMP_FRESH:
+            if -guard.KDUMP_FRESH <= age < guard.KDUMP_FRESH:
                 return ports.PowerReading(
-                    host=host, off=True, valid_for=ports.KDUMP_FRESH - age,
+                    host=host, off=True, valid_for=guard.KDUMP_FRESH - age,
                     detail='crash-dumping (fence_kdump message %.1fs old)'
                     % max(age, 0.0))
             now = clock.monotonic()
@@ -415,7 +416,7 @@ class Steps(tick.Plumbing):
                 return None
             # Wake on a fixed grid of the monotonic clock, not after a
             # sum of steps, which drifts.
-            step = ports.KDUMP_POLL
+            step = guard.KDUMP_POLL
             clock.sleep(max((math.floor(now / step + 1e-6) + 1) * step - now,
                             1e-3))
 

@@ -67,7 +67,7 @@ class Plumbing:
         submitted (:meth:`_submit`) only while this copy leads now and is
         not stopping; each side effect passes the environment's guard
         again at the moment it is made
-        (:class:`instanceha.engine.ports.LeaderGuard`).
+        (:class:`instanceha.engine.guard.LeaderGuard`).
         """
         return not self._stopping and bool(self.env.coordinator.is_leader())
 

@@ -93,7 +93,7 @@ class SimCloud(ports.CloudPort):
 
     def snapshot(self, *, images: bool = False,
                  migrations_since: datetime.datetime | None = None,
-                 hosts: ports.HostSelector | None = None,
+                 hosts: model.HostSelector | None = None,
                  aggregates: bool = True,
                  services: model.Snapshot | None = None) -> model.Snapshot:
         w = self.world
@@ -116,7 +116,7 @@ class SimCloud(ports.CloudPort):
             self._call(max(1, math.ceil(len(w.servers) / PAGE)))
         else:
             # Nova's servers?host=X: one listing (of pages) per host.
-            read = ports.select_hosts(hosts, listed)
+            read = model.select_hosts(hosts, listed)
             servers = tuple(s for s in every if s.host in read)
             for host in read:
                 on = sum(1 for s in servers if s.host == host)

@@ -38,6 +38,7 @@ from oslo_config import cfg
 from instanceha import conf as ha_conf
 from instanceha.daemon import reloading
 from instanceha.daemon import shutdown_handler as sim_shutdown
+from instanceha.engine import guard
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -246,7 +247,7 @@ class Simulation(sim_timeline.Timeline):
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
         clock = self._service_clock()
-        env = ports.Environment(
+        env = guard.assemble(
             cloud=_CycleCloud(self.cloud, copy.new_cycle,
                               self.snapshot_calls),
             clock=clock,

@@ -25,7 +25,7 @@ import testtools
 from instanceha.adapters import pause_store
 from instanceha.engine import events
 from instanceha.engine import executor
-from instanceha.engine import ports
+from instanceha.engine import guard
 from instanceha.engine import recovery
 from tests.functional import peers
 from tests.unit import test_pause
@@ -73,7 +73,7 @@ class _Backend(test_pause.StoreContract):
         rig.coordinator = fakes.FakeCoordinator()
         rig.events = events.RecordingEventSink()
         rig.conf, rig.drivers = leader.conf, leader.drivers
-        rig.env = ports.Environment(
+        rig.env = guard.assemble(
             cloud=rig.cloud, clock=rig.clock, fencer=rig.fencer,
             coordinator=rig.coordinator, events=rig.events,
             executor=executor.InlineExecutor(), pause=self.make_store())

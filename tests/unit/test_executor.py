@@ -21,6 +21,7 @@ import testtools
 
 from instanceha.engine import evacuation_job
 from instanceha.engine import executor
+from instanceha.engine import guard
 from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.evacuation import fire_and_forget
@@ -29,6 +30,7 @@ from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 from tests import conf_fixture
 from tests.unit import test_placement
+from tests.unit import test_recovery_fakes
 
 _VAR: contextvars.ContextVar = contextvars.ContextVar('test_var',
                                                       default=None)
@@ -225,8 +227,9 @@ class TestEvacuationsStreamed(testtools.TestCase):
         self.leader = _Leading()
         self.pool = executor.ThreadPoolExecutor(4)
         self.addCleanup(self.pool.shutdown)
-        self.env = ports.Environment(
-            cloud=self.cloud, clock=self.clock, fencer=None,
+        self.env = guard.assemble(
+            cloud=self.cloud, clock=self.clock,
+            fencer=test_recovery_fakes.FakeFencer(self.cloud),
             coordinator=self.leader, events=self.events,
             executor=self.pool)
         #: What the host's devices say when read.
@@ -271,7 +274,7 @@ class TestEvacuationsStreamed(testtools.TestCase):
                                 dataclasses.replace(self.ctx, budget=1))
         self.held.wait_started(1)
         self.off = False
-        self.clock.advance_to(ports.PROOF_TTL + 1)
+        self.clock.advance_to(guard.PROOF_TTL + 1)
         self.held.let_one_return()
         progress = step.result(timeout=20)
         self.assertEqual(['vm0'], self.held.started)

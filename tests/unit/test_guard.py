@@ -25,6 +25,7 @@ import math
 import testtools
 
 from instanceha.engine import executor
+from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -56,7 +57,7 @@ class Recorder:
 
     def __getattr__(self, name):
         def method(*args, **kwargs):
-            self.calls.append((name, ports.call_budget()))
+            self.calls.append((name, guard.call_budget()))
         return method
 
 
@@ -86,7 +87,7 @@ ARGS = {
 
 
 def make_env(coordinator):
-    return ports.Environment(
+    return guard.assemble(
         cloud=Recorder(), clock=None, fencer=Recorder(),
         coordinator=coordinator, events=None,
         executor=executor.InlineExecutor())
@@ -95,7 +96,7 @@ def make_env(coordinator):
 class TestGuard(testtools.TestCase):
 
     def mutating(self, port_cls):
-        return sorted(port_methods(port_cls) - ports.READ_ONLY[port_cls])
+        return sorted(port_methods(port_cls) - guard.READ_ONLY[port_cls])
 
     def test_every_mutating_method_is_known_here(self):
         # A new mutating port method needs a guard and a line in ARGS.
@@ -104,8 +105,8 @@ class TestGuard(testtools.TestCase):
                 self.assertIn(name, ARGS, '%s.%s' % (cls.__name__, name))
 
     def test_wrappers_guard_every_mutating_method(self):
-        for cls, wrapper in ((ports.CloudPort, ports.GuardedCloud),
-                             (ports.Fencer, ports.GuardedFencer)):
+        for cls, wrapper in ((ports.CloudPort, guard.GuardedCloud),
+                             (ports.Fencer, guard.GuardedFencer)):
             self.assertEqual(set(), set(getattr(
                 wrapper, '__abstractmethods__', ())))
             for name in port_methods(cls):
@@ -113,17 +114,17 @@ class TestGuard(testtools.TestCase):
                 self.assertIsNot(getattr(cls, name), method,
                                  '%s.%s is not wrapped' % (
                                      wrapper.__name__, name))
-                self.assertEqual(name not in ports.READ_ONLY[cls],
+                self.assertEqual(name not in guard.READ_ONLY[cls],
                                  getattr(method, 'guarded', None), name)
 
     def each_call(self, env):
         # Evacuate calls also need a proof that their host is off (see
         # TestEvacuateNeedsProof): here one that always holds.
-        proof = ports.PowerProof('h1', lambda: ports.PowerReading(
+        proof = guard.PowerProof('h1', lambda: ports.PowerReading(
             host='h1', off=True), sim_clock.SimClock())
 
         def call(port, name, args, kwargs):
-            with env.guard.proving(proof):
+            with guard.proving(proof):
                 return getattr(port, name)(*args, **kwargs)
         for cls, port in ((ports.CloudPort, env.cloud),
                           (ports.Fencer, env.fencer)):
@@ -139,7 +140,7 @@ class TestGuard(testtools.TestCase):
         self.assertEqual([], env.fencer._inner.calls)
 
     def test_leadership_about_to_lapse_changes_nothing(self):
-        env = make_env(Coordinator(proven=ports.MIN_PROVEN / 2))
+        env = make_env(Coordinator(proven=guard.MIN_PROVEN / 2))
         for name, call in self.each_call(env):
             self.assertRaises(exceptions.CoordinationError, call)
         self.assertEqual([], env.cloud._inner.calls)
@@ -161,7 +162,7 @@ class TestGuard(testtools.TestCase):
         for name, budget in calls:
             self.assertLessEqual(budget, 7.0, name)
             self.assertGreater(budget, 6.0, name)
-        self.assertIsNone(ports.call_budget())
+        self.assertIsNone(guard.call_budget())
 
     def test_reads_need_no_leadership(self):
         env = make_env(Coordinator(proven=0))
@@ -171,19 +172,22 @@ class TestGuard(testtools.TestCase):
         self.assertEqual(['snapshot', 'migrations'],
                          [n for n, _ in env.cloud._inner.calls])
 
-    def test_wrapping_happens_once(self):
+    def test_assembled_ports_pass_the_environments_guard(self):
         env = make_env(Coordinator())
-        again = ports.Environment(
-            cloud=env.cloud, clock=None, fencer=env.fencer,
-            coordinator=env.coordinator, events=None,
-            executor=env.executor, guard=env.guard)
-        self.assertIs(env.cloud, again.cloud)
+        self.assertIsInstance(env.cloud, guard.GuardedCloud)
+        self.assertIsInstance(env.fencer, guard.GuardedFencer)
+        env.guard.halt('stopping')
+        for call in (lambda: env.cloud.stop_server('s1'),
+                     lambda: env.fencer.fence('h1')):
+            self.assertRaises(exceptions.CoordinationError, call)
+        self.assertEqual([], env.cloud._inner.calls)
 
-    def test_device_hook_is_installed(self):
+    def test_device_hook_is_installed_where_supported(self):
         class Topology(Recorder):
+            supports_device_guard = True
             device_guard = None
         inner = Topology()
-        env = ports.Environment(
+        env = guard.assemble(
             cloud=Recorder(), clock=None, fencer=inner,
             coordinator=Coordinator(proven=3.0), events=None,
             executor=executor.InlineExecutor())
@@ -191,6 +195,16 @@ class TestGuard(testtools.TestCase):
         env.guard.halt('stopping')
         self.assertRaises(exceptions.CoordinationError,
                           inner.device_guard, 'h1', 'pdu', 'off')
+
+    def test_device_hook_is_left_alone_where_not_supported(self):
+        class Plain(Recorder):
+            supports_device_guard = False
+            device_guard = None
+        inner = Plain()
+        guard.assemble(cloud=Recorder(), clock=None, fencer=inner,
+                       coordinator=Coordinator(), events=None,
+                       executor=executor.InlineExecutor())
+        self.assertIsNone(inner.device_guard)
 
 
 class TestNovaRequestsBounded(testtools.TestCase):
@@ -209,8 +223,8 @@ class TestNovaRequestsBounded(testtools.TestCase):
         http = Http()
         nova._bound_by_lease(http)
         http.request('GET', '/x', timeout=60)
-        guard = ports.LeaderGuard(Coordinator(proven=4.0))
-        with guard.effect('evacuate s1'):
+        leader = guard.LeaderGuard(Coordinator(proven=4.0))
+        with leader.effect('evacuate s1'):
             http.request('POST', '/x', timeout=60)
             http.request('POST', '/x', timeout=(3.0, 60))
             http.request('POST', '/x')
@@ -227,19 +241,19 @@ class TestBudgetOnTheEngineClock(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.clock = sim_clock.SimClock()
-        self.env = ports.Environment(
+        self.env = guard.assemble(
             cloud=Recorder(), clock=self.clock, fencer=Recorder(),
             coordinator=Coordinator(proven=10.0), events=None,
             executor=executor.InlineExecutor())
 
     def test_budget_shrinks_with_simulated_time_only(self):
         with self.env.guard.effect('evacuate s1'):
-            self.assertEqual(10.0, ports.call_budget())
+            self.assertEqual(10.0, guard.call_budget())
             self.clock.advance_to(4.0)
-            self.assertEqual(6.0, ports.call_budget())
+            self.assertEqual(6.0, guard.call_budget())
             self.clock.advance_to(12.0)
-            self.assertEqual(0.0, ports.call_budget())
-        self.assertIsNone(ports.call_budget())
+            self.assertEqual(0.0, guard.call_budget())
+        self.assertIsNone(guard.call_budget())
 
     def test_nested_call_keeps_the_outer_deadline(self):
         with self.env.guard.effect('fencing of h1'):
@@ -247,7 +261,7 @@ class TestBudgetOnTheEngineClock(testtools.TestCase):
             # The inner check sees a fresh 10 s lease, but the outer call
             # must end within the 3 s it has left.
             with self.env.guard.effect('power off of h1'):
-                self.assertEqual(3.0, ports.call_budget())
+                self.assertEqual(3.0, guard.call_budget())
 
 
 class TestEvacuateNeedsProof(testtools.TestCase):
@@ -256,7 +270,7 @@ class TestEvacuateNeedsProof(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.clock = sim_clock.SimClock()
-        self.env = ports.Environment(
+        self.env = guard.assemble(
             cloud=Recorder(), clock=self.clock, fencer=Recorder(),
             coordinator=Coordinator(), events=None,
             executor=executor.InlineExecutor())
@@ -271,37 +285,37 @@ class TestEvacuateNeedsProof(testtools.TestCase):
             return ports.PowerReading(host='h1', off=off, on=not off,
                                       detail='bmc: %s' % (
                                           'off' if off else 'on'))
-        return ports.PowerProof('h1', read, self.clock)
+        return guard.PowerProof('h1', read, self.clock)
 
     def evacuated(self):
         return [n for n, _ in self.env.cloud._inner.calls]
 
     def test_refused_outside_a_proving_step(self):
-        exc = self.assertRaises(ports.PowerUnproven,
+        exc = self.assertRaises(guard.PowerUnproven,
                                 self.env.cloud.evacuate, 's1')
         self.assertIn('outside an evacuation step', str(exc))
         self.assertEqual([], self.evacuated())
 
     def test_a_host_found_on_is_not_evacuated(self):
-        with self.env.guard.proving(self.proof(False)):
-            exc = self.assertRaises(ports.PowerUnproven,
+        with guard.proving(self.proof(False)):
+            exc = self.assertRaises(guard.PowerUnproven,
                                     self.env.cloud.evacuate, 's1')
         self.assertTrue(exc.reading.on)
         self.assertIn('bmc: on', str(exc))
         self.assertEqual([], self.evacuated())
 
     def test_one_reading_serves_the_calls_of_one_instant(self):
-        with self.env.guard.proving(self.proof(True)):
+        with guard.proving(self.proof(True)):
             self.env.cloud.evacuate('s1')
             self.env.cloud.evacuate('s2')
         self.assertEqual([True], self.readings)
         self.assertEqual(['evacuate', 'evacuate'], self.evacuated())
 
     def test_an_old_reading_is_read_again(self):
-        with self.env.guard.proving(self.proof(True, False)):
+        with guard.proving(self.proof(True, False)):
             self.env.cloud.evacuate('s1')
-            self.clock.advance_to(ports.PROOF_TTL + 0.5)
-            self.assertRaises(ports.PowerUnproven,
+            self.clock.advance_to(guard.PROOF_TTL + 0.5)
+            self.assertRaises(guard.PowerUnproven,
                               self.env.cloud.evacuate, 's2')
         self.assertEqual([True, False], self.readings)
         self.assertEqual(['evacuate'], self.evacuated())
@@ -316,8 +330,7 @@ class TestEvacuateNeedsProof(testtools.TestCase):
             readings.append(self.clock.monotonic())
             return ports.PowerReading(host='h1', off=True, valid_for=0.2,
                                       detail='crash-dumping')
-        with self.env.guard.proving(ports.PowerProof('h1', read,
-                                                     self.clock)):
+        with guard.proving(guard.PowerProof('h1', read, self.clock)):
             self.env.cloud.evacuate('s1')
             self.clock.advance_to(0.1)
             self.env.cloud.evacuate('s2')
@@ -327,9 +340,9 @@ class TestEvacuateNeedsProof(testtools.TestCase):
         self.assertEqual(['evacuate'] * 3, self.evacuated())
 
     def test_a_new_step_reads_again(self):
-        with self.env.guard.proving(self.proof(True)):
+        with guard.proving(self.proof(True)):
             self.env.cloud.evacuate('s1')
-        with self.env.guard.proving(self.proof(False)):
-            self.assertRaises(ports.PowerUnproven,
+        with guard.proving(self.proof(False)):
+            self.assertRaises(guard.PowerUnproven,
                               self.env.cloud.evacuate, 's2')
         self.assertEqual([True, False], self.readings)

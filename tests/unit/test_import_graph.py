@@ -63,6 +63,15 @@ class TestEngineImports(testtools.TestCase):
     def test_engine_imports_nothing_above_it(self):
         self.assertEqual([], violations(PACKAGE))
 
+    def test_ports_are_a_floor(self):
+        # The interfaces build on the model alone: the guard, the power
+        # proof and the environment's assembly build on them, never the
+        # reverse (no circle through the engine).
+        ours = {name for name in imported(PACKAGE / 'engine' / 'ports.py')
+                if name.startswith('instanceha')}
+        self.assertEqual({'instanceha.engine', 'instanceha.engine.model'},
+                         ours)
+
     def test_the_check_can_fail(self):
         tmp = self.useFixture(fixtures.TempDir()).path
         engine = pathlib.Path(tmp, 'pkg', 'engine')

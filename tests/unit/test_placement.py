@@ -27,6 +27,7 @@ import testtools
 
 from instanceha.engine import evacuation_job
 from instanceha.engine import executor
+from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import placement
 from instanceha.engine import ports
@@ -37,6 +38,7 @@ from instanceha.sim import clock as sim_clock
 from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 from tests import conf_fixture
+from tests.unit import test_recovery_fakes
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -363,8 +365,9 @@ class TestJobAsksTheStrategy(testtools.TestCase):
         h1.fence_proof = h1.forced_down = True
         self.cloud = _Cloud(self.world)
         self.events = _Events()
-        self.env = ports.Environment(
-            cloud=self.cloud, clock=clock, fencer=None,
+        self.env = guard.assemble(
+            cloud=self.cloud, clock=clock,
+            fencer=test_recovery_fakes.FakeFencer(self.cloud),
             coordinator=_Leader(), events=self.events,
             executor=executor.InlineExecutor())
 

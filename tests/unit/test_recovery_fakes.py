@@ -30,6 +30,7 @@ import itertools
 
 from instanceha.engine import events
 from instanceha.engine import executor
+from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import states
@@ -347,7 +348,7 @@ class Rig:
                       else None)
         self.conf = make_conf(**overrides)
         self.drivers = loader.load_configured(self.conf)
-        self.env = ports.Environment(
+        self.env = guard.assemble(
             cloud=self.cloud, clock=self.clock, fencer=self.fencer,
             coordinator=self.coordinator, events=self.events,
             executor=executor.InlineExecutor(), kdump=self.kdump)

@@ -58,6 +58,9 @@ class Topology(ports.Fencer):
 
     #: What :meth:`reload` re-reads (for the reload's messages).
     RELOADS = 'fencing file'
+    #: Each device operation of each level asks ``device_guard`` first
+    #: (the engine's leadership guard installs itself there).
+    supports_device_guard = True
     #: The options naming it: not changed live when the file is refused.
     OPTIONS = ('[fencing] config_file',)
 
@@ -76,10 +79,6 @@ class Topology(ports.Fencer):
         self._lock = threading.Lock()
         self._host_locks: dict[str, threading.Lock] = {}
         self._ambiguous: set[str] = set()
-        #: Called before each device operation as ``(host, device,
-        #: action)``; returns the seconds it may take or raises (the
-        #: engine's leadership guard installs itself here).
-        self.device_guard = None
         #: Builds the devices of a reloaded file (default: the installed
         #: drivers on ``clock``).
         self.devices: devices_mod.DeviceFactory | None = None
