@@ -98,11 +98,11 @@ def hook_gates(drivers, ask: bool) -> tuple[object, str | None]:
     asked only when the operator says so: a dry run must not send a
     proposal as if it were about to be carried out.
     """
-    asking = [g for g in drivers.gates if not getattr(g, 'pure', False)
+    asking = [g for g in drivers.gates if not g.pure
               and getattr(g, 'hooks', None)]
     if not asking:
         return drivers, None
-    names = ', '.join(getattr(g, 'name', type(g).__name__) for g in asking)
+    names = ', '.join(g.name or type(g).__name__ for g in asking)
     if ask:
         return drivers, ASKED % names
     kept = [g for g in drivers.gates if g not in asking]

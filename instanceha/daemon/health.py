@@ -200,8 +200,7 @@ class Monitor:
 
     def watch_listeners(self, detectors) -> None:
         """Expose the packet counters of detectors that have them."""
-        self.listeners = [d for d in detectors
-                          if callable(getattr(d, 'stats', None))]
+        self.listeners = [d for d in detectors if d.supports_stats]
 
     # -- what health says --------------------------------------------------
 

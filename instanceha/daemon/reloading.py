@@ -107,10 +107,11 @@ def mutate_files(conf: cfg.ConfigOpts) -> Mutation:
 class Reloader:
     """Reloads on request, in the loop's thread before a tick.
 
-    :param parts: objects with a ``reload()`` (others are skipped); their
-        ``RELOADS`` attribute names what they re-read, and ``OPTIONS``
-        the options (``[group] name``) that say where it is: when a part
-        refuses, those are not reported as changed live.
+    :param parts: drivers and the fencer; those that declare
+        ``supports_reload`` are reloaded, the others are skipped. Their
+        ``RELOADS`` names what they re-read, and ``OPTIONS`` the options
+        (``[group] name``) that say where it is: when a part refuses,
+        those are not reported as changed live.
     :param events: where ``config_reloaded`` and ``reload_refused`` go
         (the notifiers and, in the simulator, the event log).
     """
@@ -118,8 +119,7 @@ class Reloader:
     def __init__(self, conf: cfg.ConfigOpts, parts: Iterable = (),
                  events: ports.EventSink | None = None):
         self.conf = conf
-        self.parts = [p for p in parts if callable(getattr(p, 'reload',
-                                                           None))]
+        self.parts = [p for p in parts if p.supports_reload]
         self.events = events
         self._requested = threading.Event()
 
@@ -162,7 +162,7 @@ class Reloader:
                         name)
         reloaded, not_applied = [], []
         for part in self.parts:
-            what = getattr(part, 'RELOADS', type(part).__name__)
+            what = part.RELOADS
             try:
                 said = part.reload()
             except exceptions.ConfigurationError as exc:
@@ -171,7 +171,7 @@ class Reloader:
                 self._emit(ev.RELOAD_REFUSED, what=what, reason=str(exc))
                 # The option naming what was refused did not change live:
                 # the part still runs with what it loaded before.
-                mine = set(getattr(part, 'OPTIONS', ()))
+                mine = set(part.OPTIONS)
                 not_applied += [n for n in changed if n in mine]
                 changed = [n for n in changed if n not in mine]
                 continue

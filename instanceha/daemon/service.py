@@ -47,10 +47,7 @@ LOG = logging.getLogger(__name__)
 def make_cloud(conf) -> ports.CloudPort:
     """Nova, through the one module that imports novaclient."""
     from instanceha.adapters import nova
-    cls = getattr(nova, 'NovaCloud')
-    if hasattr(cls, 'from_conf'):
-        return cls.from_conf(conf)
-    return cls(conf)
+    return nova.NovaCloud(conf)
 
 
 def make_fencer(conf, clock: ports.Clock | None = None) -> ports.Fencer:
@@ -98,10 +95,6 @@ def make_pause(conf) -> ports.PauseSource | None:
     except exceptions.ConfigurationError:
         # Start-up's preflight warned already, as config validate does.
         return None
-
-
-#: SIGHUP's reloader lives in :mod:`instanceha.daemon.reloading`.
-Reloader = reloading.Reloader
 
 
 @dataclasses.dataclass
@@ -187,7 +180,7 @@ def loop(service: Service, conf) -> None:
     runner.loop(service.engine, service.stop, interval=conf.tick_interval,
                 shutdown_timeout=conf.shutdown_timeout,
                 observers=service.observers,
-                wake=getattr(service.executor, 'finished', None))
+                wake=service.executor.finished)
 
 
 def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
@@ -201,14 +194,13 @@ def run(conf, drivers, *, with_health: bool = True, **parts) -> int:
     def on_signal(signum, _frame):
         LOG.info('received signal %d: stopping', signum)
         service.stop.set()
-        finished = getattr(service.executor, 'finished', None)
-        if finished is not None:
-            finished.set()  # the loop waits on it: stop at once
+        service.executor.finished.set()  # the loop waits on it: stop now
 
     # What SIGHUP re-reads besides the options: the fencing file, the
     # heartbeat keys.
-    reloader = Reloader(conf, parts=[service.env.fencer, *drivers.all()],
-                        events=service.events)
+    reloader = reloading.Reloader(
+        conf, parts=[service.env.fencer, *drivers.all()],
+        events=service.events)
     service.observers.append(reloader)
 
     def on_hangup(_signum, _frame):

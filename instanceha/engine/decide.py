@@ -82,8 +82,7 @@ _NOT_RECOVERING = frozenset({states.HostState.HEALTHY,
 
 def snapshot_needs(drivers) -> dict:
     """Keyword arguments for :meth:`CloudPort.snapshot` the drivers need."""
-    return {'images': any(getattr(f, 'needs_images', False)
-                          for f in drivers.filters)}
+    return {'images': any(f.needs_images for f in drivers.filters)}
 
 
 def combine(evidence: list[det_base.Evidence], mode: str,
@@ -287,7 +286,7 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     started = frozenset(h for h, s in recovering.items() if s in _STARTED)
     evidence = [det.detect(snapshot, now) for det in drivers.detectors]
     # Under ``all``, every witness that votes on every host must vote.
-    witnesses = sum(not getattr(det, 'reports_failures_only', False)
+    witnesses = sum(not det.reports_failures_only
                     for det in drivers.detectors)
     sorting = _Sorting()
     for host in sorted({s.host for s in snapshot.services} |

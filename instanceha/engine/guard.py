@@ -333,6 +333,10 @@ class GuardedFencer(_Wrapper, ports.Fencer):
     def supports_device_guard(self) -> bool:  # type: ignore[override]
         return self._inner.supports_device_guard
 
+    @property
+    def supports_reload(self) -> bool:  # type: ignore[override]
+        return self._inner.supports_reload
+
     configured = _read('configured')
     power_state = _read('power_state')
     learn_hosts = _read('learn_hosts')

@@ -177,8 +177,8 @@ class InstanceFailures:
         self.conf = conf
         self.drivers = drivers
         self.env = env
-        self.detector = getattr(drivers, 'instance_detector', None)
-        self.strategy = getattr(drivers, 'instance_recovery', None)
+        self.detector = drivers.instance_detector
+        self.strategy = drivers.instance_recovery
         #: SHUTOFF servers already judged not crashed (their user stopped
         #: them): not read again while they stay stopped.
         self._judged: set[str] = set()

@@ -137,7 +137,7 @@ class Poll(tick.Plumbing):
 
     def _writes(self) -> int:
         """Our service writes so far (the guarded cloud counts them)."""
-        return getattr(self.env.cloud, 'service_writes', 0)
+        return self.env.cloud.service_writes
 
     def _read_done(self, snap: model.Snapshot, writes: int,
                    mono: float) -> None:
@@ -272,9 +272,7 @@ class Poll(tick.Plumbing):
             self._services_read = (fresh[0], snapshot)
         # Fencing keys are matched against every Nova host name: a short
         # key naming two hosts serves neither.
-        learn = getattr(self.env.fencer, 'learn_hosts', None)
-        if learn is not None:
-            learn(s.host for s in snapshot.services)
+        self.env.fencer.learn_hosts(s.host for s in snapshot.services)
         now = self.env.clock.now()
         if not self.conf.disabled:
             self._adopt(snapshot)
@@ -376,8 +374,8 @@ class Poll(tick.Plumbing):
         a proposal nobody is going to carry out).
         """
         from instanceha.engine import decide
-        gates = [g for g in self.drivers.gates if getattr(g, 'pure', False)
-                 and not getattr(g, 'detect_only', False)]
+        gates = [g for g in self.drivers.gates
+                 if g.pure and not g.detect_only]
         drivers = dataclasses.replace(self.drivers, gates=gates)
         return decide.make_plan(snapshot, drivers, self.conf, now,
                                 recovering=recovering)

@@ -293,6 +293,9 @@ class Fencer(abc.ABC):
     #: before each device operation; returns the seconds it may take, or
     #: raises when it must not happen.
     device_guard: Callable[[str, str, str], float] | None = None
+    #: True for a fencer that re-reads its configuration on a live reload
+    #: (its ``reload()``, ``RELOADS`` and ``OPTIONS``, as a driver's).
+    supports_reload: bool = False
 
     @abc.abstractmethod
     def configured(self, host: str) -> bool:
@@ -446,11 +449,9 @@ class PauseSource(abc.ABC):
 
 
 class Guard(abc.ABC):
-    """The one gate every side effect passes: only the leader acts.
+    """What the engine asks of the gate every side effect passes.
 
-    What the engine asks of it; :class:`instanceha.engine.guard.LeaderGuard`
-    is the gate, and the cloud and fencer of an assembled environment
-    pass it on every write.
+    :class:`instanceha.engine.guard.LeaderGuard` is that gate.
     """
 
     @abc.abstractmethod
@@ -476,8 +477,7 @@ class Environment:
     """Everything the engine may use, bundled.
 
     Made by :func:`instanceha.engine.guard.assemble`, which wraps the
-    cloud and the fencer so that every side effect passes the guard:
-    nothing the engine holds can forget it.
+    cloud and the fencer so that every side effect passes the guard.
     """
 
     cloud: CloudPort

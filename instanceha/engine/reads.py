@@ -78,20 +78,16 @@ class FocusedReads:
     def lists_everything(self) -> bool:
         """Whether a filter or a witness needs every server listed.
 
-        A witness that cannot name its suspects (``suspects`` None, asked
-        about no host at all) may fail any host.
+        A witness that cannot name its suspects (no
+        ``supports_suspects``) may fail any host.
         """
-        if any(getattr(f, 'needs_all_servers', False)
-               for f in self.drivers.filters):
+        if any(f.needs_all_servers for f in self.drivers.filters):
             return True
         # A placement policy weighing every host's load (its instances).
-        if getattr(getattr(self.drivers, 'evacuation', None),
-                   'needs_all_servers', False):
+        strategy = self.drivers.evacuation
+        if strategy is not None and strategy.needs_all_servers:
             return True
-        now = self.clock.now()
-        return any(getattr(d, 'suspects', None) is None or
-                   d.suspects((), now) is None
-                   for d in self.drivers.detectors)
+        return not all(d.supports_suspects for d in self.drivers.detectors)
 
     def focus(self, services: tuple[model.Service, ...],
               now: datetime.datetime, clock_skew: float | None,

@@ -179,6 +179,10 @@ class AnnouncedFencer(ports.Fencer):
         return self._inner.supports_device_guard
 
     @property
+    def supports_reload(self) -> bool:  # type: ignore[override]
+        return self._inner.supports_reload
+
+    @property
     def device_guard(self):  # type: ignore[override]
         """The leadership check of each device operation (the inner's)."""
         return self._inner.device_guard

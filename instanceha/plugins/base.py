@@ -30,6 +30,14 @@ class Driver(abc.ABC):
     name: str = ''
     #: One line a human can read in a listing.
     description: str = ''
+    #: True for a driver that re-reads something on a live reload
+    #: (SIGHUP): :meth:`reload` is then called; ``RELOADS`` names what it
+    #: re-reads, for the reload's messages, and ``OPTIONS`` the options
+    #: (``[group] name``) saying where it is (not reported as changed
+    #: live when the new one is refused).
+    supports_reload: bool = False
+    RELOADS: str = ''
+    OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, conf: cfg.ConfigOpts):
         self.conf = conf
@@ -51,6 +59,16 @@ class Driver(abc.ABC):
 
     def stop(self) -> None:
         """Release what start() acquired; must be safe to call twice."""
+
+    def reload(self) -> str | None:
+        """Re-read what ``RELOADS`` names (only if :attr:`supports_reload`).
+
+        Returns what changed, for the log (None: nothing to say).
+
+        :raises instanceha.exceptions.ConfigurationError: the new one is
+            refused; the one loaded before stays in force.
+        """
+        return None
 
     def __repr__(self) -> str:
         return '<%s %s>' % (type(self).__name__, self.name or '?')

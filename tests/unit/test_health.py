@@ -72,6 +72,7 @@ class FakeListenerDetector:
     """Stands in for the heartbeat detector's listener counters."""
 
     name = 'heartbeat'
+    supports_stats = True
 
     def stats(self):
         return {'accepted': 7, 'rejected': {'bad_hmac': 2, 'replay': 1},
@@ -82,7 +83,8 @@ class FakeListenerDetector:
 class FakeEngine:
     def __init__(self, sink=None):
         self.drivers = types.SimpleNamespace(
-            detectors=[FakeListenerDetector(), object()])
+            detectors=[FakeListenerDetector(),
+                       types.SimpleNamespace(supports_stats=False)])
         self.cycles = 0
         self.plan = None
         self.states = {}

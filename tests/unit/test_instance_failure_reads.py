@@ -59,7 +59,9 @@ class Rig(object):
         #: Nova's answers carry no time (no Date header).
         self.skew_unknown = False
         self.loop = inst.InstanceFailures(
-            base.make_conf(**opts), types.SimpleNamespace(),
+            base.make_conf(**opts),
+            types.SimpleNamespace(instance_detector=None,
+                                  instance_recovery=None),
             types.SimpleNamespace(cloud=self.cloud))
 
     def at(self, t: float) -> None:

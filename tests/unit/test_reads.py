@@ -33,6 +33,7 @@ class Witness(object):
 
     def __init__(self, suspects=frozenset()):
         self._suspects = suspects
+        self.supports_suspects = suspects is not None
 
     def suspects(self, services, now):
         return self._suspects
@@ -60,7 +61,8 @@ class TestFocusedReads(testtools.TestCase):
     def reader(self, detectors=None, filters=(), spares=()):
         drivers = types.SimpleNamespace(
             detectors=[Witness()] if detectors is None else detectors,
-            filters=list(filters), reservation=Claims(spares))
+            filters=list(filters), reservation=Claims(spares),
+            evacuation=None)
         return reads.FocusedReads(self.conf, drivers, self.world.clock)
 
     def calls(self, fn):
@@ -135,6 +137,8 @@ class TestFocusedReads(testtools.TestCase):
         snap = dataclasses.replace(snap, services=late.services)
 
         class Detector(object):
+            reports_failures_only = False
+
             def detect(self, snapshot, now):
                 return {'compute-1': det_base.Evidence(
                     'compute-1', det_base.Verdict.FAILED, 'down')}

@@ -19,6 +19,7 @@ import threading
 import fixtures
 import testtools
 
+from instanceha.daemon import reloading
 from instanceha.daemon import service as service_mod
 from instanceha.engine import events
 from instanceha.engine import runner
@@ -175,7 +176,7 @@ class TestReload(testtools.TestCase):
         conf = cfg.ConfigOpts()
         ha_conf.parse_args(['--config-file', path], conf,
                            default_config_files=[])
-        reloader = service_mod.Reloader(conf)
+        reloader = reloading.Reloader(conf)
         with open(path, 'w') as f:
             f.write('[DEFAULT]\nthreshold = 80\nworkers = 8\n')
         log = self.useFixture(fixtures.FakeLogger(level='INFO'))

@@ -77,6 +77,17 @@ class Detector(base.Driver):
     #: only while a host dumps): its silence is not a missing vote, so
     #: ``[detection] combine = all`` does not wait for it.
     reports_failures_only: bool = False
+    #: True for a witness that judges from Nova's compute services alone
+    #: (the nova detector): when every witness does, reading the services
+    #: shows every failure and the full picture is read less often.
+    judges_services_only: bool = False
+    #: True for a witness that can name, before the cloud is read, the
+    #: hosts it may say failed (:meth:`suspects`): only those hosts'
+    #: servers are listed. False: every server of the cloud is read.
+    supports_suspects: bool = False
+    #: True for a witness with listener counters (:meth:`stats`) for the
+    #: metrics.
+    supports_stats: bool = False
     #: Where a detector that listens to the hosts gets its listener in
     #: ``start()``: the environment's factory, set by whoever builds the
     #: environment (UDP sockets in the service, the simulated hosts in
@@ -135,13 +146,17 @@ class Detector(base.Driver):
         """Evidence for the hosts this detector has an opinion on."""
 
     def suspects(self, services: tuple[model.Service, ...],
-                 now: datetime.datetime) -> frozenset[str] | None:
+                 now: datetime.datetime) -> frozenset[str]:
         """Hosts this witness may say failed at the next decision.
 
-        Asked before the cloud is read, so that only those hosts' servers
-        are listed; it must change nothing (no counting, no logging).
-        Hosts whose compute service is not ALIVE by :meth:`judge_service`
-        or is disabled are read anyway. None (the default): this witness
-        cannot say, and every server of the cloud is read.
+        Asked (only when :attr:`supports_suspects`) before the cloud is
+        read, so that only those hosts' servers are listed; it must
+        change nothing (no counting, no logging). Hosts whose compute
+        service is not ALIVE by :meth:`judge_service` or is disabled are
+        read anyway.
         """
-        return None
+        return frozenset()
+
+    def stats(self) -> dict:
+        """Listener counters (only when :attr:`supports_stats`)."""
+        return {}

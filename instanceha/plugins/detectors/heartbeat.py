@@ -112,6 +112,9 @@ class HeartbeatDetector(base.Detector):
     #: The options naming them: not changed live when the keys are refused.
     OPTIONS = ('[heartbeat] key_file', '[heartbeat] previous_key_file',
                '[heartbeat] key_mode')
+    supports_reload = True
+    supports_suspects = True
+    supports_stats = True
 
     def __init__(self, conf, listener=None):
         super().__init__(conf)

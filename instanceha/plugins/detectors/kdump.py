@@ -53,6 +53,8 @@ class KdumpDetector(base.Detector, ports.KdumpWatch):
     description = ('fence_kdump messages (UDP 7410): a host writing a '
                    'crash dump is failed and must not be power-cycled')
     reports_failures_only = True
+    supports_suspects = True
+    supports_stats = True
 
     def __init__(self, conf, listener=None):
         super().__init__(conf)

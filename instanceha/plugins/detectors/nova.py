@@ -44,6 +44,7 @@ class NovaDetector(base.Detector):
     description = ('nova-compute state down, or updated_at older than '
                    '[DEFAULT] delta (by Nova\'s clock)')
     judges_services_only = True
+    supports_suspects = True
 
     def __init__(self, conf):
         super().__init__(conf)

@@ -52,6 +52,9 @@ class EvacuationStrategy(base.Driver):
     #: True: an instance counts as evacuated once its rebuild is done;
     #: False: once Nova accepted the call (fire-and-forget).
     tracks: bool = True
+    #: True for a policy weighing every host's load (its instances): the
+    #: engine then lists every server, not only the failed hosts'.
+    needs_all_servers: bool = False
 
     @property
     def stop_on_failure(self) -> bool:

@@ -58,6 +58,7 @@ class Topology(ports.Fencer):
 
     #: What :meth:`reload` re-reads (for the reload's messages).
     RELOADS = 'fencing file'
+    supports_reload = True
     #: Each device operation of each level asks ``device_guard`` first
     #: (the engine's leadership guard installs itself there).
     supports_device_guard = True

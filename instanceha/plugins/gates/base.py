@@ -83,6 +83,9 @@ class Gate(base.Driver):
     #: such a gate may also be asked hypothetically, to tell an operator
     #: what detect-only mode (``[DEFAULT] disabled``) holds back.
     pure: bool = False
+    #: True for the gate of detect-only mode (``[DEFAULT] disabled``):
+    #: left out when the engine says what that mode holds back.
+    detect_only: bool = False
 
     @abc.abstractmethod
     def check(self, ctx: GateContext) -> GateVerdict:

@@ -23,8 +23,6 @@ class DisabledGate(base.Gate):
     """
 
     pure = True
-    #: The gate of detect-only mode: the engine leaves it out when it
-    #: says what that mode holds back.
     detect_only = True
     description = 'detect and log only while [DEFAULT] disabled = true'
 
