@@ -77,12 +77,6 @@ MICROVERSION = '2.94'
 #: Last microversion with Nova's image proxy (removed in 2.36).
 IMAGE_PROXY_MICROVERSION = '2.35'
 
-#: Old names of the parsers now in nova_answers (kept for their users).
-parse_time = answers.parse_time
-_service = answers.service
-_server = answers.server
-_glance_image = answers.glance_image
-
 
 def _bound_by_lease(http) -> None:
     """Bound every HTTP request's time-out by the caller's call budget.

@@ -337,7 +337,3 @@ class FanOutEventSink(ports.EventSink):
             except Exception:  # noqa: one reader must not silence others
                 self._log.exception('event sink %s failed on %s',
                                     type(sink).__name__, event)
-
-
-#: The older name of :class:`FanOutEventSink`.
-TeeEventSink = FanOutEventSink

@@ -14,7 +14,7 @@
 
 An operator about to touch the network or the cluster stack runs
 ``instanceha-manage pause --reason TEXT --for 30m``. The pause is kept in
-the coordination backend (a :class:`PauseSource` to the engine), so it
+the coordination backend (a :class:`~instanceha.engine.ports.PauseSource` to the engine), so it
 survives restarts and leader changes and every copy reads the same one.
 
 While paused the leader still reads Nova, plans and logs every poll (as
@@ -97,10 +97,6 @@ class Pause:
                              ) from None
 
 
-#: The port (defined with the others).
-PauseSource = ports.PauseSource
-
-
 class PauseWatch:
     """The engine's view of the pause, read once per poll.
 
@@ -109,7 +105,7 @@ class PauseWatch:
     cannot be read (a pause is never lifted because a read failed).
     """
 
-    def __init__(self, source: PauseSource | None, sink, clock):
+    def __init__(self, source: ports.PauseSource | None, sink, clock):
         self.source = source
         self.sink = sink
         self.clock = clock

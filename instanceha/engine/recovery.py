@@ -47,9 +47,9 @@ the steps' own leadership checks only avoid submitting work that would be
 refused. Each job holds the coordinator's lock on its host. Evacuate
 calls need a fresh proof that the host is off (``prove_off``); a host an
 operator disabled with a reason of their own leaves our hands
-(:class:`OperatorTookOver`). A stopping service changes nothing more,
-marks nothing FAILED and leaves the markers and our locks for the next
-start.
+(:class:`instanceha.engine.workflow.OperatorTookOver`). A stopping service
+changes nothing more, marks nothing FAILED and leaves the markers and our
+locks for the next start.
 """
 
 from collections.abc import Callable
@@ -71,18 +71,8 @@ from instanceha.engine.states import HostState
 from instanceha.engine import steps
 from instanceha.engine import watch
 from instanceha.engine import workflow
-# Re-exported: the names this module held before it was split.
-from instanceha.engine.workflow import BUSY_STATES  # noqa: F401
 from instanceha.engine.workflow import HostWorkflow
-from instanceha.engine.workflow import MIGRATION_SLACK  # noqa: F401
-from instanceha.engine.workflow import new_recovery_id  # noqa: F401
-from instanceha.engine.workflow import operator_action  # noqa: F401
-from instanceha.engine.workflow import OPERATOR_STEPS  # noqa: F401
-from instanceha.engine.workflow import OperatorTookOver  # noqa: F401
-from instanceha.engine.workflow import RESUMABLE  # noqa: F401
 from instanceha.engine.workflow import S
-from instanceha.engine.workflow import STEP_RETRY  # noqa: F401
-from instanceha.engine.workflow import UP_OVERDUE_CHECK  # noqa: F401
 
 
 class Engine(poll.Poll, steps.Steps):

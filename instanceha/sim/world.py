@@ -42,15 +42,13 @@ back); a job of the service sees the world as it is at each of its steps.
 
 What the service sees of it goes through :mod:`instanceha.sim.cloud`
 (Nova's API) and :mod:`instanceha.sim.listeners` (heartbeats and
-fence_kdump messages); their classes are still reachable from here under
-their old names.
+fence_kdump messages).
 """
 
 from collections.abc import Callable
 import dataclasses
 import datetime
 import heapq
-import importlib
 import itertools
 import math
 
@@ -72,25 +70,6 @@ NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
 #: How an injected Nova fault looks: an HTTP error the call did not get
 #: past, or a timeout after Nova carried the call out (the answer is lost).
 NOVA_ERRORS = ('500', '503', 'timeout', '409')
-
-#: Names that moved out of this module -> the module now holding them.
-_MOVED = {'SimCloud': 'cloud', 'PAGE': 'cloud',
-          'SimListeners': 'listeners', 'SimKdumpWatch': 'listeners',
-          'SimKdumpListener': 'listeners',
-          'SimHeartbeatListener': 'listeners'}
-
-
-def __getattr__(name: str):
-    """The old names of the Nova API and the listeners (see ``_MOVED``).
-
-    Looked up on use rather than imported here: those modules import
-    this one.
-    """
-    where = _MOVED.get(name)
-    if where is None:
-        raise AttributeError('module %r has no attribute %r'
-                             % (__name__, name))
-    return getattr(importlib.import_module('instanceha.sim.' + where), name)
 
 
 @dataclasses.dataclass

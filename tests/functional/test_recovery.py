@@ -222,7 +222,7 @@ class EngineRunner(fixtures.Fixture):
             testtools.content_type.UTF8_TEXT,
             lambda: ['\n'.join(self.record.lines()).encode()]))
         self.service = service_mod.build(
-            self.conf, self.drivers, event_sink=events.TeeEventSink(
+            self.conf, self.drivers, event_sink=events.FanOutEventSink(
                 events.LogEventSink(), self.record))
         self.engine = self.service.engine
         self.coordinator = self.service.env.coordinator

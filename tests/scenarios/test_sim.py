@@ -29,6 +29,7 @@ from instanceha.cmd import simulate
 from instanceha.engine import model
 from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import executor as sim_executor
 from instanceha.sim import golden
@@ -64,7 +65,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_evacuate_refused_while_source_up(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         exc = self.assertRaises(exceptions.CloudError, cloud.evacuate, 'vm1')
         self.assertEqual(409, exc.status)
         self.assertIn('still in use', str(exc))
@@ -72,7 +73,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_injected_nova_faults(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         svc = w.service_model(w.hosts['h2'])
         w.nova_faults.append(sim_world.NovaFault('update_service', 2, '503'))
         for _ in range(2):
@@ -90,7 +91,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_timeout_carries_the_call_out(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
         w.nova_faults.append(sim_world.NovaFault('evacuate', 1, 'timeout'))
@@ -106,7 +107,7 @@ class TestSimCloud(testtools.TestCase):
         # stamp updated_at whatever forced_down says; only the state
         # (Nova's judgement) says down while it is forced down.
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         svc = w.service_model(w.hosts['h2'])
         cloud.update_service(svc, forced_down=True)
         before = cloud.snapshot().service('h2')
@@ -117,7 +118,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_deleted_service_is_not_listed(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.deleted_services.add('h2')
         self.assertIsNone(cloud.snapshot().service('h2'))
         exc = self.assertRaises(
@@ -137,7 +138,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_evacuation_progresses_through_migration_states(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = True
         cloud.update_service(w.service_model(w.hosts['h1']),
@@ -160,7 +161,7 @@ class TestSimCloud(testtools.TestCase):
         for h in ('h2', 'h3'):
             w.hosts[h].vcpus = 0
             w.capacity_changed(h)
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = True
         w.hosts['h1'].forced_down = True
@@ -175,7 +176,7 @@ class TestSimCloud(testtools.TestCase):
         # unknown one is a 404 and the server's own host a 400.
         def refused(setup):
             w = small_world()
-            cloud = sim_world.SimCloud(w)
+            cloud = sim_cloud.SimCloud(w)
             w.set_power('h1', False)
             w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
             setup(w)
@@ -200,7 +201,7 @@ class TestSimCloud(testtools.TestCase):
         self.assertEqual(('pre-migrating', 'h2', 'h1'),
                          refused(lambda w: None))
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = w.hosts['h1'].forced_down = True
         for host, status in (('nope', 404), ('h1', 400)):
@@ -210,7 +211,7 @@ class TestSimCloud(testtools.TestCase):
 
     def test_host_vcpus_count_the_schedulers_claims(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         self.assertEqual({'h1': (64, 1), 'h2': (64, 0), 'h3': (64, 0)},
                          {h: (v.capacity, v.used)
                           for h, v in cloud.host_vcpus().items()})
@@ -222,8 +223,8 @@ class TestSimCloud(testtools.TestCase):
         self.assertEqual(63, cloud.host_vcpus()['h3'].free)
 
     def test_snapshot_calls_do_not_grow_with_hosts(self):
-        small = sim_world.SimCloud(small_world())
-        big = sim_world.SimCloud(small_world(
+        small = sim_cloud.SimCloud(small_world())
+        big = sim_cloud.SimCloud(small_world(
             hosts=['h%d' % i for i in range(1, 500)]))
         small.snapshot()
         big.snapshot()
@@ -234,7 +235,7 @@ class TestInvariants(testtools.TestCase):
 
     def test_evacuating_an_unfenced_host_is_caught(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         # nova-compute dies but the host and its guest run on.
         w.set_compute('h1', False)
         w.hosts['h1'].forced_down = True
@@ -246,7 +247,7 @@ class TestInvariants(testtools.TestCase):
 
     def test_double_evacuation_is_caught(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.set_power('h1', False)
         w.hosts['h1'].fence_proof = True
         w.hosts['h1'].forced_down = True
@@ -276,7 +277,7 @@ class TestInvariants(testtools.TestCase):
 
     def test_non_leader_and_gate_are_caught(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.actor = 'ha-b'
         w.is_leader = lambda actor: actor == 'ha-a'
         w.blocked['ha-b'] = {'h1'}
@@ -293,7 +294,7 @@ class TestPlannedMoves(testtools.TestCase):
     def test_no_valid_host_shows_only_in_the_instance_action(self):
         w = small_world(hosts=('h1', 'h2'))
         w.hosts['h2'].status = 'disabled'
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         rid = cloud.live_migrate('vm1')
         self.assertEqual('migrating', cloud.get_server('vm1').task_state)
         advance(w, 10)
@@ -310,7 +311,7 @@ class TestPlannedMoves(testtools.TestCase):
 
     def test_refusals_name_the_state(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         cloud.live_migrate('vm1')
         exc = self.assertRaises(exceptions.CloudError, cloud.live_migrate,
                                 'vm1')
@@ -325,7 +326,7 @@ class TestPlannedMoves(testtools.TestCase):
 
     def test_cold_migration_waits_for_confirmation(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         w.servers['vm1'].status = 'SHUTOFF'
         w.servers['vm1'].running_on.clear()
         cloud.cold_migrate('vm1', 'h3')
@@ -339,7 +340,7 @@ class TestPlannedMoves(testtools.TestCase):
 
     def test_metadata(self):
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         cloud.set_server_metadata('vm1', 'k', 'v')
         self.assertEqual({'k': 'v'}, cloud.get_server('vm1').metadata)
         cloud.delete_server_metadata('vm1', 'k')

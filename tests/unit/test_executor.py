@@ -26,6 +26,7 @@ from instanceha.engine import ports
 from instanceha import exceptions
 from instanceha.plugins.evacuation import fire_and_forget
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 from tests import conf_fixture
@@ -179,7 +180,7 @@ class _Held:
         self._go.release()
 
 
-class _HeldCloud(sim_world.SimCloud):
+class _HeldCloud(sim_cloud.SimCloud):
     """The simulator's Nova; each evacuate call held until let through."""
 
     def __init__(self, world, held: _Held):

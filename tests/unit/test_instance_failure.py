@@ -31,6 +31,7 @@ from instanceha.plugins.instance_failure import base
 from instanceha.plugins.instance_failure import power_sync
 from instanceha.plugins.instance_failure import restart_relocate
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import guests
 from instanceha.sim import world as sim_world
@@ -139,7 +140,7 @@ class TestClear(testtools.TestCase):
         self.srv = sim_world.Server(id='s1', name='vm', host='h1',
                                     status='ERROR', flavor='f')
         self.world.add_server(self.srv)
-        self.cloud = sim_world.SimCloud(self.world)
+        self.cloud = sim_cloud.SimCloud(self.world)
 
         def sleep(seconds):
             clock.advance_to(clock.t + seconds)
@@ -181,7 +182,7 @@ class TestSimGuests(testtools.TestCase):
         guests.user_power(w, 'b', on=False)
         clock.advance_to(10)
         w.run_due()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         self.assertEqual(('stop', None),
                          (cloud.server_actions('a')[0].action,
                           cloud.server_actions('a')[0].user_id))

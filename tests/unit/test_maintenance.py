@@ -24,6 +24,7 @@ from instanceha import exceptions
 from instanceha.ops import maintenance
 from instanceha.plugins.filters import enabled
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 
@@ -140,7 +141,7 @@ class TestNotHalfDone(testtools.TestCase):
 
     def start(self, world):
         lines = []
-        m = maintenance.Maintenance(sim_world.SimCloud(world),
+        m = maintenance.Maintenance(sim_cloud.SimCloud(world),
                                     out=lines.append, poll=5,
                                     clock=world.clock)
         return m.start('h1', NOW, wait=True, timeout=60), lines

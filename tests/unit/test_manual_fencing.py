@@ -29,6 +29,7 @@ from instanceha.ops import manual_fencing as manual
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import config
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 from tests.unit import test_fencing
@@ -124,7 +125,7 @@ class TestNotHeld(testtools.TestCase):
         self.world = sim_world.World(clock, sim_events.EventLog(clock))
         for n, name in enumerate(('compute-0', 'compute-1.example.com')):
             self.world.add_host(sim_world.Host(name=name, id=str(n)))
-        self.cloud = sim_world.SimCloud(self.world)
+        self.cloud = sim_cloud.SimCloud(self.world)
 
     def mark(self, host: str, state: S) -> None:
         h = self.world.host(host)

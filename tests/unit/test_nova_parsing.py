@@ -23,6 +23,7 @@ from unittest import mock
 import testtools
 
 from instanceha.adapters import nova
+from instanceha.adapters import nova_answers as answers
 from instanceha import exceptions
 from tests.unit import test_decide as h
 
@@ -34,25 +35,25 @@ class TestParsing(testtools.TestCase):
     def test_time_stamps(self):
         self.assertEqual(datetime.datetime(2026, 1, 2, 3, 4, 5, 600000,
                                            tzinfo=UTC),
-                         nova.parse_time('2026-01-02T03:04:05.600000'))
+                         answers.parse_time('2026-01-02T03:04:05.600000'))
         self.assertEqual(datetime.datetime(2026, 1, 2, 2, 4, 5, tzinfo=UTC),
-                         nova.parse_time('2026-01-02T03:04:05+01:00'))
+                         answers.parse_time('2026-01-02T03:04:05+01:00'))
         self.assertEqual(datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
-                         nova.parse_time('2026-01-02T03:04:05Z'))
+                         answers.parse_time('2026-01-02T03:04:05Z'))
         for bad in (None, '', 'yesterday', 12, '2026-13-01T00:00:00'):
-            self.assertIsNone(nova.parse_time(bad), bad)
+            self.assertIsNone(answers.parse_time(bad), bad)
 
     def test_malformed_service_time_keeps_raw_text(self):
-        svc = nova._service({'id': 'u', 'host': 'h', 'state': 'up',
-                             'status': 'enabled', 'updated_at': 'soon'})
+        svc = answers.service({'id': 'u', 'host': 'h', 'state': 'up',
+                               'status': 'enabled', 'updated_at': 'soon'})
         self.assertIsNone(svc.updated_at)
         self.assertEqual('soon', svc.updated_at_raw)
-        svc = nova._service({'id': 'u', 'host': 'h', 'state': 'up',
-                             'status': 'enabled', 'updated_at': None})
+        svc = answers.service({'id': 'u', 'host': 'h', 'state': 'up',
+                               'status': 'enabled', 'updated_at': None})
         self.assertEqual((None, None), (svc.updated_at, svc.updated_at_raw))
 
     def test_server_from_volume_and_embedded_flavor(self):
-        srv = nova._server({
+        srv = answers.server({
             'id': 's', 'name': 'n', 'status': 'SHUTOFF', 'image': '',
             'OS-EXT-SRV-ATTR:host': 'h1', 'locked': True,
             'tenant_id': 'p', 'metadata': {'k': 'v'},
@@ -64,9 +65,9 @@ class TestParsing(testtools.TestCase):
                           dict(srv.flavor.extra_specs), srv.locked))
 
     def test_glance_image_properties(self):
-        img = nova._glance_image({'id': 'i', 'name': 'n', 'tags': ['a'],
-                                  'status': 'active', 'evacuable': 'true',
-                                  'min_ram': 0})
+        img = answers.glance_image({'id': 'i', 'name': 'n', 'tags': ['a'],
+                                    'status': 'active', 'evacuable': 'true',
+                                    'min_ram': 0})
         self.assertEqual(('a',), img.tags)
         self.assertEqual({'evacuable': 'true'}, dict(img.properties))
 

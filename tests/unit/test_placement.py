@@ -35,6 +35,7 @@ from instanceha import exceptions
 from instanceha.plugins.evacuation import smart
 from instanceha.plugins.evacuation import spread
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
 from instanceha.sim import world as sim_world
 from tests import conf_fixture
@@ -320,7 +321,7 @@ class _Events(ports.EventSink):
         self.seen.append((event, details))
 
 
-class _Cloud(sim_world.SimCloud):
+class _Cloud(sim_cloud.SimCloud):
     """The simulator's Nova, counting the free-room reads."""
 
     reads = 0

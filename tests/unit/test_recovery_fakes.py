@@ -37,7 +37,9 @@ from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.plugins import loader
 from instanceha.sim import clock as sim_clock
+from instanceha.sim import cloud as sim_cloud
 from instanceha.sim import events as sim_events
+from instanceha.sim import listeners as sim_listeners
 from instanceha.sim import world as sim_world
 from tests import conf_fixture
 
@@ -102,7 +104,7 @@ class _View(collections.abc.Mapping):
         return len(self._keys())
 
 
-class FakeCloud(sim_world.SimCloud):
+class FakeCloud(sim_cloud.SimCloud):
     """The simulator's Nova with hosts host1..hostN and test handles.
 
     ``services`` and ``servers`` show what Nova would say now; assigning
@@ -344,7 +346,7 @@ class Rig:
         self.fencer = FakeFencer(self.cloud, configured)
         self.coordinator = FakeCoordinator()
         self.events = events.RecordingEventSink()
-        self.kdump = (sim_world.SimKdumpWatch(self.cloud.world) if kdump
+        self.kdump = (sim_listeners.SimKdumpWatch(self.cloud.world) if kdump
                       else None)
         self.conf = make_conf(**overrides)
         self.drivers = loader.load_configured(self.conf)

@@ -78,7 +78,6 @@ from instanceha import exceptions
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import devices as devices_mod
 
-NAMESPACE = devices_mod.NAMESPACE
 _TOP_KEYS = ('devices', 'hosts')
 
 
