@@ -507,7 +507,7 @@ def attach(service) -> Callable[[], None]:
     service.events.add(metrics_mod.MetricsEventSink(metrics, monitor))
     service.observers.append(monitor)
     service.health = monitor
-    if getattr(service.env, 'pause', None) is not None:
+    if service.env.pause is not None:
         metrics.registry.register(metrics_mod.PauseCollector(service.env.pause))
     if not conf.health.enabled:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '

@@ -100,7 +100,7 @@ def _fencing(conf: cfg.ConfigOpts) -> list[Finding]:
     fencing = topology.Topology.from_conf(conf)
     try:
         return [Finding(WARNING, text)
-                for text in getattr(fencing.file, 'warnings', ())]
+                for text in fencing.file.warnings]
     finally:
         fencing.stop()
 

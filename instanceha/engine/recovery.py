@@ -202,8 +202,7 @@ class Engine(poll.Poll, steps.Steps):
         self._harvest(only=finished)
         # A plan that waited on gates (veto hooks asked on the executor)
         # is made again as soon as they have answered.
-        answered = self.plan is not None and getattr(
-            self.plan, 'answered', False)
+        answered = self.plan is not None and self.plan.answered
         # (Not while Nova cannot be read: the hosts wait for the poll.)
         judge = self._fresh and self._power_off_due(now)
         if self._full_read_due(now, answered or judge):

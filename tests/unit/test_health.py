@@ -447,7 +447,8 @@ class ServerTest(testtools.TestCase):
         service = types.SimpleNamespace(
             engine=engine, stop=threading.Event(),
             events=ev.FanOutEventSink(RecordingSink()), observers=[],
-            env=types.SimpleNamespace(coordinator=FakeCoordinator()))
+            env=types.SimpleNamespace(coordinator=FakeCoordinator(),
+                                      pause=None))
         with fixtures.FakeLogger(level='ERROR') as log:
             stop = health.attach(service)
         self.assertIn('runs on without /healthz', log.output)
