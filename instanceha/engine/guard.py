@@ -234,8 +234,17 @@ def _read(name: str):
     return method
 
 
+def _forward(name: str) -> property:
+    """A port attribute read from the inner port (a count, a capability)."""
+    return property(lambda self: getattr(self._inner, name))
+
+
 class _Wrapper:
-    _inner: object
+    """A port whose calls go to ``inner`` through ``guard``."""
+
+    def __init__(self, inner, guard: LeaderGuard):
+        self._inner = inner
+        self._guard = guard
 
     def __getattr__(self, name):
         # Anything that is not a port method (counters, test hooks).
@@ -245,16 +254,8 @@ class _Wrapper:
 class GuardedCloud(_Wrapper, ports.CloudPort):
     """The cloud port with every write behind the leadership guard."""
 
-    def __init__(self, inner: ports.CloudPort, guard: LeaderGuard):
-        self._inner = inner
-        self._guard = guard
-
-    @property
-    def api_calls(self) -> int:  # type: ignore[override]
-        return self._inner.api_calls
-
+    api_calls = _forward('api_calls')
     snapshot = _read('snapshot')
-
     read_services = _read('read_services')
     get_server = _read('get_server')
     migrations = _read('migrations')
@@ -318,25 +319,12 @@ class GuardedCloud(_Wrapper, ports.CloudPort):
 class GuardedFencer(_Wrapper, ports.Fencer):
     """The fencer port with every power change behind the guard.
 
-    The whole call is checked, and so is each device operation of each
-    level when the inner fencer supports it
-    (:attr:`~instanceha.engine.ports.Fencer.supports_device_guard`).
+    The whole call is checked; each device operation of each level is
+    checked too where the fencer supports it (:func:`assemble` installs
+    the guard there).
     """
 
-    def __init__(self, inner: ports.Fencer, guard: LeaderGuard):
-        self._inner = inner
-        self._guard = guard
-        if inner.supports_device_guard:
-            inner.device_guard = guard.device_check
-
-    @property
-    def supports_device_guard(self) -> bool:  # type: ignore[override]
-        return self._inner.supports_device_guard
-
-    @property
-    def supports_reload(self) -> bool:  # type: ignore[override]
-        return self._inner.supports_reload
-
+    supports_reload = _forward('supports_reload')
     configured = _read('configured')
     power_state = _read('power_state')
     learn_hosts = _read('learn_hosts')
@@ -366,12 +354,17 @@ def assemble(*, cloud: ports.CloudPort, clock: ports.Clock,
 
     A guard is made from the coordinator, on the environment's clock (the
     one the lease is measured on). The cloud and the fencer are wrapped
-    so that every side effect passes it; with ``announcements`` (the
+    so that every side effect passes it (and, where the fencer supports
+    it, each of its device operations); with ``announcements`` (the
     heartbeat detector) the fencer first proves an announced host off by
     reading its devices, never power-cycling it
     (:class:`instanceha.engine.shutdown.AnnouncedFencer`).
     """
     guard = LeaderGuard(coordinator, clock)
+    if fencer.supports_device_guard:
+        # On the fencer given, the one walking the levels: each device
+        # operation passes the guard too.
+        fencer.device_guard = guard.device_check
     if announcements is not None:
         fencer = shutdown.AnnouncedFencer(fencer, announcements)
     return ports.Environment(

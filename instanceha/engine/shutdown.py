@@ -175,21 +175,8 @@ class AnnouncedFencer(ports.Fencer):
         return getattr(self._inner, name)
 
     @property
-    def supports_device_guard(self) -> bool:  # type: ignore[override]
-        return self._inner.supports_device_guard
-
-    @property
     def supports_reload(self) -> bool:  # type: ignore[override]
         return self._inner.supports_reload
-
-    @property
-    def device_guard(self):  # type: ignore[override]
-        """The leadership check of each device operation (the inner's)."""
-        return self._inner.device_guard
-
-    @device_guard.setter
-    def device_guard(self, check) -> None:
-        self._inner.device_guard = check
 
     def learn_hosts(self, hosts) -> None:
         self._inner.learn_hosts(hosts)

@@ -21,6 +21,7 @@ import fixtures
 import testtools
 
 from instanceha.engine import decide
+from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import reasons
@@ -266,9 +267,13 @@ class TestAnnouncedFencer(testtools.TestCase):
             self.assertEqual(['off', 'on'], inner.calls)
 
     def test_the_leadership_guard_still_reaches_the_devices(self):
-        inner, f = self.fencer(OFF)
-        f.device_guard = 'check'
-        self.assertEqual('check', inner.device_guard)
+        inner = _Fencer(OFF)
+        inner.supports_device_guard = True
+        env = guard.assemble(
+            cloud=None, clock=None, fencer=inner, coordinator=None,
+            events=None, executor=None, announcements=_Source())
+        self.assertIsInstance(env.fencer._inner, shutdown.AnnouncedFencer)
+        self.assertEqual(env.guard.device_check, inner.device_guard)
 
 
 class TestPolicy(testtools.TestCase):
