@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import logging
 
+from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
@@ -60,8 +61,12 @@ DRAIN_RECHECK = 5.0
 
 
 @dataclasses.dataclass
-class _Host:
-    """What this copy does about one announced host."""
+class _Host(boundary.TickOwned):
+    """What this copy does about one announced host.
+
+    Written in the tick only: its jobs return values (see
+    :mod:`instanceha.engine.boundary`).
+    """
 
     ann: shutdown.Announcement
     policy: str
@@ -233,7 +238,8 @@ class ShutdownHandler:
                 return fn()
 
         h.on_done = on_done
-        h.future = self.env.executor.submit(job)
+        h.future = self.env.executor.submit(boundary.as_job(
+            'shutdown step of %s' % h.ann.host, job))
 
     def _emit(self, event: str, host: str, **details) -> None:
         self.env.events.emit(event, host, **details)

@@ -130,7 +130,7 @@ class Poll(tick.Plumbing):
         if self._rebuilding(wf.host):
             return False
         if wf.state is S.EVACUATED:
-            return not wf.kdump
+            return not wf.durable.kdump
         return wf.state is S.POWERING_ON and (
             self.snapshot is None or self.snapshot.taken_at < max(
                 wf.entered, wf.failed_at or wf.entered))
@@ -302,7 +302,8 @@ class Poll(tick.Plumbing):
                 self._workflows[host] = HostWorkflow(
                     host=host, state=S.HEALTHY, entered=now, detected=now,
                     servers=tuple(to_recover[host].servers),
-                    recovery=workflow.new_recovery_id())
+                    durable=workflow.Durable(
+                        recovery=workflow.new_recovery_id()))
                 self._transition(self._workflows[host], S.SUSPECT,
                                  reason='; '.join(to_recover[host].reasons))
         for host in sorted(self._workflows):
@@ -437,21 +438,20 @@ class Poll(tick.Plumbing):
             skew = snapshot.clock_skew or 0.0
             state = parsed.state
             when = min(parsed.ours(parsed.when, skew), self.env.clock.now())
+            since = (parsed.ours(parsed.fenced_at, skew) or
+                     when) - workflow.MIGRATION_SLACK
+            # A spare named by a later marker is a stale name (released
+            # or in service): see Durable.adopted.
+            durable = workflow.Durable.adopted(
+                parsed, svc.disabled_reason,
+                fenced_at=workflow.fence_time(since, skew),
+                recovery=parsed.recovery or workflow.new_recovery_id())
             wf = HostWorkflow(host=svc.host, state=state, entered=when,
-                              detected=when, resumed=True,
-                              marked=svc.disabled_reason,
+                              detected=when, resumed=True, durable=durable,
                               servers=tuple(snapshot.servers_on(svc.host)),
-                              spare=parsed.spare, kdump=parsed.kdump,
-                              shutdown=parsed.shutdown,
-                              gave_up=parsed.gave_up, stopped=parsed.stopped,
-                              since=(parsed.ours(parsed.fenced_at, skew) or
-                                     when) - workflow.MIGRATION_SLACK,
-                              since_skew=skew,
-                              recovery=parsed.recovery or workflow.new_recovery_id())
-            if wf.spare and state in (S.FENCED, S.EVACUATING):
-                self.drivers.reservation.adopt(svc.host, wf.spare)
-            else:
-                wf.spare = None  # a stale name: released or in service
+                              since=since, since_skew=skew)
+            if durable.spare:
+                self.drivers.reservation.adopt(svc.host, durable.spare)
             self._workflows[svc.host] = wf
             strategy = self.drivers.evacuation
             if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
@@ -485,8 +485,8 @@ class Poll(tick.Plumbing):
             return
         if wf.state not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
             return
-        if (svc.disabled and wf.marked is not None
-                and svc.disabled_reason == wf.marked):
+        if (svc.disabled and wf.durable.marked is not None
+                and svc.disabled_reason == wf.durable.marked):
             # Our own marker, as we left it: waiting up after our
             # power-on, Nova keeps the one written before it.
             return
@@ -529,8 +529,8 @@ class Poll(tick.Plumbing):
             # No job to watch its rebuilds (none begun since a restart):
             # our locks on its instances are looked for in Nova.
             self._locks.want('host taken by an operator')
-        if wf.spare:
-            self.drivers.reservation.forget(wf.spare)
+        if wf.durable.spare:
+            self.drivers.reservation.forget(wf.durable.spare)
         self._transition(wf, S.HEALTHY, reason=(
             'taken over by an operator (%s); instanceha leaves it as it is'
             % why)[:250])

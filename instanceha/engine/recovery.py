@@ -154,7 +154,7 @@ class Engine(poll.Poll, steps.Steps):
     def recovery_id(self, host: str) -> str | None:
         """The id of ``host``'s recovery, None when it is in none."""
         wf = self._workflows.get(host) or self._aftercare.get(host)
-        return (wf.recovery or None) if wf is not None else None
+        return (wf.durable.recovery or None) if wf is not None else None
 
     def workflows(self) -> dict[str, HostWorkflow]:
         return dict(self._workflows)

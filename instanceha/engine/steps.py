@@ -80,7 +80,7 @@ class Steps(tick.Plumbing):
         fencer = self.env.fencer
         host = wf.host
 
-        def fence():
+        def fence(_):
             if not fencer.configured(host):
                 raise exceptions.FencingError(
                     'host %s has no fencing configuration; it will not be '
@@ -115,11 +115,11 @@ class Steps(tick.Plumbing):
                              attempts=wf.attempts, retry_in=int(wait))
             wf.retry_at = self.env.clock.monotonic() + wait
             return
-        wf.kdump = bool(result.kdump)
+        wf.record(kdump=bool(result.kdump),
+                  shutdown=(shutdown.POWEROFF if result.shutdown ==
+                            shutdown.POWEROFF else None))
         wf.fence_level = result.level
-        wf.shutdown = (shutdown.POWEROFF if result.shutdown ==
-                       shutdown.POWEROFF else None)
-        details = {'kdump': True} if wf.kdump else {
+        details = {'kdump': True} if wf.durable.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         if result.announced:
             # Read off, no power operation: say what proved it.
@@ -147,12 +147,13 @@ class Steps(tick.Plumbing):
             wf.since_skew = (self.snapshot.clock_skew or 0.0
                              if self.snapshot is not None else None)
             wf.since = self.env.clock.now() - workflow.MIGRATION_SLACK
+            wf.record(fenced_at=workflow.fence_time(wf.since, wf.since_skew))
             wf.first_job = True
         # The claim is an in-memory choice; it is in Nova (the fenced
         # marker) before the spare is enabled, see _marking.
-        claimed = wf.spare or (self.drivers.reservation.claim(
+        claimed = wf.durable.spare or (self.drivers.reservation.claim(
             wf.host, snapshot) if snapshot is not None else None)
-        wf.spare = claimed
+        wf.record(spare=claimed)
         wf.unmarked = True
         if claimed:
             self._emit(events.SPARE_CLAIMED, wf.host, spare=claimed)
@@ -160,39 +161,33 @@ class Steps(tick.Plumbing):
         # Its first step comes in this very tick (Engine._advance), with
         # every other host fenced by now sharing the evacuation slots.
 
-    def _marking(self, wf: HostWorkflow) -> Callable[[], None]:
+    def _marking(self, wf: HostWorkflow,
+                 draft: workflow.Draft) -> Callable[[], None]:
         """The marker of an evacuation that begins (job thread).
 
         The claim is in Nova (the fenced marker) before the spare is
         enabled: a copy resuming in between enables the same spare, none
         is ever lost from the pool. Without a spare, one write: forced
-        down, disabled, marked evacuating.
+        down, disabled, marked evacuating. Written from the job's
+        ``draft``; the tick learns from it that the spare is enabled and
+        the marker in Nova (:meth:`instanceha.engine.tick.Plumbing._wrote`).
         """
-        snapshot = self.snapshot
+        snapshot, host = self.snapshot, wf.host
+        claimed = wf.durable.spare
+        enabled = wf.spare_enabled
+        reservation = self.drivers.reservation
 
         def mark() -> None:
-            claimed = wf.spare
             if claimed is not None:
-                self._mark(wf, S.FENCED, spare=claimed, forced_down=True)
-            spare = self._reserve(wf, snapshot)
-            self._mark(wf, S.EVACUATING, spare=spare, **(
+                self._mark(draft, S.FENCED, spare=claimed, forced_down=True)
+            # A spare this copy enabled already is not enabled again; a
+            # retry after an error asks the reservation again (enabling
+            # is idempotent there).
+            spare = claimed if enabled else reservation.reserve(
+                self.env, host, snapshot)
+            self._mark(draft, S.EVACUATING, spare=spare, **(
                 {} if claimed is not None else {'forced_down': True}))
-            wf.spare, wf.spare_enabled = spare, True
-            wf.unmarked = False
         return mark
-
-    def _reserve(self, wf: HostWorkflow,
-                 snapshot: model.Snapshot | None) -> str | None:
-        """The reservation step (job thread): enable the claimed spare.
-
-        Returns the spare (None: Nova's scheduler chooses); the caller
-        applies it to the workflow in the tick thread. A spare this copy
-        enabled already is not enabled again; a retry after an error
-        asks the reservation again (enabling is idempotent there).
-        """
-        if wf.spare_enabled:
-            return wf.spare
-        return self.drivers.reservation.reserve(self.env, wf.host, snapshot)
 
     def _budget(self, wf: HostWorkflow | None = None) -> int:
         """How many evacuations the next step of ``wf`` may start.
@@ -288,26 +283,8 @@ class Steps(tick.Plumbing):
                 mono, 0 if aftercare else self._budget()):
             return
         self._stepped[key] = mono
-        strategy = self.drivers.evacuation
         if wf.job is None:
-            servers = list(wf.servers)
-            if wf.resumed and self.plan is not None:
-                decision = self.plan.decision(wf.host)
-                if decision is not None:
-                    servers = list(decision.servers)
-            new_failure, wf.first_job = wf.first_job, False
-            wf.job = strategy.begin(
-                wf.host, servers,
-                spare=(wf.spare if self.drivers.reservation.rebuild_on_spare
-                       else None),
-                since=(wf.since + workflow.MIGRATION_SLACK -
-                       workflow.NEW_FAILURE_SLACK if new_failure
-                       else wf.since))
-            # The skew when wf.since was read from our clock (see
-            # EvacuationJob._records).
-            wf.job.since_skew = wf.since_skew
-            wf.job.pace = self._rebuild_pace
-            wf.job.new_failure = new_failure
+            wf.job = self._begin(wf)
         budget, waits = (0, True) if aftercare else self._grant(wf)
         wf.budget = budget
         tracks = self.drivers.evacuation.tracks
@@ -318,20 +295,8 @@ class Steps(tick.Plumbing):
         reuse = not aftercare and (len(self._sharing()) <= 1 if tracks
                                    else not waits)
         wf.step_in_flight = wf.job.in_flight if reuse and tracks else 0
-        prelude = (self._marking(wf) if wf.unmarked and not aftercare
-                   else None)
-        listing = self._listing
-        if listing is None or not listing.covers(wf.since):
-            # Stepped on a job's result, before this tick's listing.
-            listing = migration_records.SharedListing(self.env.cloud, wf.since)
-        ctx = evacuation_job.StepContext(
-            env=self.env, snapshot=self.snapshot, budget=budget,
-            prove_off=None if aftercare else self._prover(wf),
-            record=None if aftercare else (
-                lambda gave_up, stopped: self._record_give_ups(
-                    wf, gave_up, stopped)),
-            gave_up=wf.gave_up, stopped=wf.stopped, listing=listing,
-            prelude=prelude, reuse=reuse)
+        draft = workflow.Draft(wf.host, wf.durable)
+        ctx = self._step_context(wf, draft, budget, reuse, aftercare)
         job = wf.job
 
         def done(progress):
@@ -348,25 +313,72 @@ class Steps(tick.Plumbing):
 
         # Aftercare only touches instances; the host itself has moved on
         # and its own steps hold the host lock.
-        self._submit(wf, lambda: job.step(ctx), done, lock=not aftercare)
+        self._submit(wf, lambda _: job.step(ctx), done, lock=not aftercare,
+                     draft=draft)
 
-    def _record_give_ups(self, wf: HostWorkflow, gave_up: tuple[str, ...],
-                         stopped: bool) -> None:
-        """Write the instances given up into the marker (job thread).
+    def _begin(self, wf: HostWorkflow) -> evacuation_job.EvacuationJob:
+        """The evacuation job of ``wf``'s host, begun now (tick thread)."""
+        servers = list(wf.servers)
+        if wf.resumed and self.plan is not None:
+            decision = self.plan.decision(wf.host)
+            if decision is not None:
+                servers = list(decision.servers)
+        new_failure, wf.first_job = wf.first_job, False
+        job = self.drivers.evacuation.begin(
+            wf.host, servers,
+            spare=(wf.durable.spare
+                   if self.drivers.reservation.rebuild_on_spare else None),
+            since=(wf.since + workflow.MIGRATION_SLACK -
+                   workflow.NEW_FAILURE_SLACK if new_failure
+                   else wf.since))
+        # The skew when wf.since was read from our clock (see
+        # EvacuationJob._records).
+        job.since_skew = wf.since_skew
+        job.pace = self._rebuild_pace
+        job.new_failure = new_failure
+        return job
 
-        A resumed copy reads them there and evacuates none of them again.
+    def _step_context(self, wf: HostWorkflow, draft: workflow.Draft,
+                      budget: int, reuse: bool,
+                      aftercare: bool) -> evacuation_job.StepContext:
+        """What the evacuation step of ``wf`` gets (tick thread).
+
+        Its marker writes (the prelude, what was given up) and its power
+        proof work on the job's ``draft``, never on ``wf``.
         """
-        wf.gave_up, wf.stopped = gave_up, stopped
-        self._mark(wf, S.EVACUATING)
+        listing = self._listing
+        if listing is None or not listing.covers(wf.since):
+            # Stepped on a job's result, before this tick's listing.
+            listing = migration_records.SharedListing(self.env.cloud,
+                                                      wf.since)
+        if aftercare:
+            return evacuation_job.StepContext(
+                env=self.env, snapshot=self.snapshot, budget=budget,
+                gave_up=wf.durable.gave_up, stopped=wf.durable.stopped,
+                listing=listing, reuse=reuse)
 
-    def _prover(self, wf: HostWorkflow) -> Callable[[], ports.PowerReading]:
+        def record(gave_up: tuple[str, ...], stopped: bool) -> None:
+            # Into the marker (job thread): a resumed copy reads them
+            # there and evacuates none of them again.
+            draft.update(gave_up=gave_up, stopped=stopped)
+            self._mark(draft, S.EVACUATING)
+
+        return evacuation_job.StepContext(
+            env=self.env, snapshot=self.snapshot, budget=budget,
+            prove_off=self._prover(wf, draft), record=record,
+            gave_up=wf.durable.gave_up, stopped=wf.durable.stopped,
+            listing=listing, reuse=reuse,
+            prelude=self._marking(wf, draft) if wf.unmarked else None)
+
+    def _prover(self, wf: HostWorkflow, draft: workflow.Draft
+                ) -> Callable[[], ports.PowerReading]:
         """Proof, read now, that ``wf.host`` runs nothing (job thread).
 
         A host found crash-dumping counts right after a fresh fence_kdump
         message only (see :meth:`_kdump_reading`); otherwise, or once its
         dump has ended, its fencing devices are read, level by level.
         """
-        host, kdump = wf.host, wf.kdump
+        host, kdump = wf.host, wf.durable.kdump
         window = self._kdump_live_window().total_seconds()
 
         def prove() -> ports.PowerReading:
@@ -380,7 +392,7 @@ class Steps(tick.Plumbing):
                 # not reboot by itself (fenced again, possibly by a copy
                 # that stopped before writing so): it is powered on as
                 # any fenced host, never left waiting for a reboot.
-                wf.kdump = False
+                draft.update(kdump=False)
             return reading
         return prove
 
@@ -432,8 +444,8 @@ class Steps(tick.Plumbing):
         if reading.on:
             what = ('its crash dump ended (no fence_kdump message for '
                     '[kdump] message_interval) and it runs again'
-                    if wf.kdump else 'powered on again')
-            wf.kdump = False
+                    if wf.durable.kdump else 'powered on again')
+            wf.record(kdump=False)
             wf.kdump_deadline = self.env.clock.monotonic()
             self._transition(wf, S.FENCING, reason=(
                 '%s (%s): fenced again before any further evacuation'
@@ -453,7 +465,7 @@ class Steps(tick.Plumbing):
         give_up = bool(failed) and not forgive
         reservation = self.drivers.reservation
         snapshot = self.snapshot
-        spare = wf.spare
+        spare = wf.durable.spare
         release = (spare is not None and spare not in progress.landed_on)
         if give_up:
             note = ('%d instance(s) not evacuated; fix them, then run '
@@ -474,21 +486,23 @@ class Steps(tick.Plumbing):
         handled = set(progress.succeeded) | set(failed)
         left = any(srv.id not in handled for srv in wf.servers)
         straight = (not give_up and not left and spare is None
-                    and not self.conf.leave_disabled and not wf.kdump)
+                    and not self.conf.leave_disabled and not wf.durable.kdump)
 
-        def finish():
+        host = wf.host
+
+        def finish(draft):
             if release:
-                reservation.release(self.env, wf.host, spare, snapshot)
+                reservation.release(self.env, host, spare, snapshot)
             elif spare:
                 reservation.forget(spare)
             if give_up:
-                self._mark(wf, S.FAILED, note)
+                self._mark(draft, S.FAILED, note)
             else:
                 # Released or kept in service: no longer ours to claim.
-                self._mark(wf, S.EVACUATED, spare=None)
+                self._mark(draft, S.EVACUATED, spare=None)
 
         def done(_):
-            wf.spare = None
+            wf.record(spare=None)
             if release:
                 self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
             if not progress.settled:
@@ -516,10 +530,11 @@ class Steps(tick.Plumbing):
 
     def _step_evacuated(self, wf: HostWorkflow) -> None:
         if self.conf.leave_disabled:
-            self._submit(wf, lambda: self._mark(wf, S.LEFT_DISABLED),
+            self._submit(wf, lambda draft: self._mark(draft,
+                                                      S.LEFT_DISABLED),
                          lambda _: self._transition(wf, S.LEFT_DISABLED))
             return
-        if wf.kdump:
+        if wf.durable.kdump:
             # A crash-dumping host reboots by itself; never power-cycle it
             # (the dump would be lost). Wait until it stops sending.
             last = self.env.kdump.last_message(wf.host) if self.env.kdump \
@@ -528,35 +543,35 @@ class Steps(tick.Plumbing):
                 seconds=self._kdump_opt('message_timeout', 30))
             if last is not None and self.env.clock.now() - last < quiet:
                 return
-            fencer = self.env.fencer
+            fencer, host = self.env.fencer, wf.host
 
-            def mark() -> bool:
+            def mark(draft: workflow.Draft) -> bool:
                 # Powered off (fenced again after its dump, perhaps by a
                 # copy that stopped before writing so), it never reboots
                 # by itself: powered on as any fenced host instead.
-                if fencer.power_state(wf.host).off:
+                if fencer.power_state(host).off:
                     return False
-                self._mark(wf, S.WAITING_UP)
+                self._mark(draft, S.WAITING_UP)
                 return True
 
             def done(rebooting: bool) -> None:
                 if rebooting:
                     self._transition(wf, S.WAITING_UP, kdump=True)
                     return
-                wf.kdump = False
+                wf.record(kdump=False)
                 self._transition(wf, S.POWERING_ON)
                 self._step_powering_on(wf)
             self._submit(wf, mark, done)
             return
         if self._rebuilding(wf.host):
             return
-        if wf.shutdown == shutdown.POWEROFF:
+        if wf.durable.shutdown == shutdown.POWEROFF:
             # Switched off on purpose (announced) and only read off: it is
             # not powered on (nothing power-cycled it); it is enabled when
             # someone starts it and Nova reports it up.
-            self._submit(wf, lambda: self._mark(wf, S.WAITING_UP),
+            self._submit(wf, lambda draft: self._mark(draft, S.WAITING_UP),
                          lambda _: self._transition(
-                             wf, S.WAITING_UP, shutdown=wf.shutdown,
+                             wf, S.WAITING_UP, shutdown=wf.durable.shutdown,
                              reason='powered off on purpose: left off, '
                              'enabled when it comes back'))
             return
@@ -595,11 +610,11 @@ class Steps(tick.Plumbing):
         since = max(wf.entered, wf.failed_at or wf.entered)
         if self.snapshot is None or self.snapshot.taken_at < since:
             return
-        fencer = self.env.fencer
+        fencer, host = self.env.fencer, wf.host
 
-        def power_on():
-            self._ours(wf)
-            return fencer.unfence(wf.host)
+        def power_on(_):
+            self._ours(host)
+            return fencer.unfence(host)
 
         def done(result):
             if isinstance(result, Exception):
@@ -624,8 +639,8 @@ class Steps(tick.Plumbing):
     def _fail(self, wf: HostWorkflow, why: str) -> None:
         action = 'power %s on and check it, then run "instanceha-manage ' \
                  'hosts clear %s"' % (wf.host, wf.host)
-        self._submit(wf, lambda: self._mark(wf, S.FAILED,
-                                            ('%s; %s' % (why, action))[:200]),
+        self._submit(wf, lambda draft: self._mark(
+            draft, S.FAILED, ('%s; %s' % (why, action))[:200]),
                      lambda _: self._transition(wf, S.FAILED, reason=why,
                                                 action=action))
 
@@ -679,9 +694,10 @@ class Steps(tick.Plumbing):
         return self.snapshot.nova_now(self.env.clock.now())
 
     def _step_enabling(self, wf: HostWorkflow) -> None:
+        host = wf.host
 
-        def enable():
-            svc = self._ours(wf)
+        def enable(_):
+            svc = self._ours(host)
             if reasons.of_service(svc).marker is None:
                 # Enabled meanwhile (hosts clear --enable): nothing to do.
                 return True, False
@@ -694,7 +710,7 @@ class Steps(tick.Plumbing):
                     raise
                 # Reported before it completed its evacuation records:
                 # the next tick asks again.
-                LOG.info('host %s: not enabled yet: %s', wf.host, exc)
+                LOG.info('host %s: not enabled yet: %s', host, exc)
                 return False, False
             return True, svc.forced_down
 

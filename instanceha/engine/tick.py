@@ -20,8 +20,10 @@ change passes :meth:`Plumbing._transition` (the table of
 """
 
 from collections.abc import Callable
+import dataclasses
 import datetime
 
+from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
@@ -110,27 +112,47 @@ class Plumbing:
         if new is S.HEALTHY:
             self._workflows.pop(wf.host, None)
 
-    def _submit(self, wf: HostWorkflow, fn: Callable,
-                on_done: Callable, *, lock: bool = True) -> None:
-        """Run ``fn()`` as a job holding the host's lock.
+    def _submit(self, wf: HostWorkflow, fn: Callable[[workflow.Draft], object],
+                on_done: Callable, *, lock: bool = True,
+                draft: workflow.Draft | None = None) -> None:
+        """Run ``fn(draft)`` as a job holding the host's lock.
 
-        Later, in the tick thread, ``on_done(result)`` is called (or the
-        job's error is reported and the step retried). Nothing is
+        ``draft`` (made here unless given): the job's own copy of the
+        workflow's durable record, the only one it changes (its markers
+        are written from it); the record itself refuses the job's writes
+        (:mod:`instanceha.engine.boundary`). Later, in the tick thread,
+        the draft's changes are applied and ``on_done(result)`` is called
+        (or the job's error is reported and the step retried). Nothing is
         submitted while this copy does not lead (:meth:`_leading`): the
         step is taken again on a later tick.
         """
         if not self._leading():
             return
         coordinator = self.env.coordinator
+        host = wf.host
+        if draft is None:
+            draft = workflow.Draft(host, wf.durable)
 
         def job():
             if not lock:
-                return fn()
-            with coordinator.host_lock(wf.host):
-                return fn()
+                return fn(draft)
+            with coordinator.host_lock(host):
+                return fn(draft)
 
-        wf.on_done = on_done
-        wf.future = self.env.executor.submit(job)
+        wf.on_done, wf.draft = on_done, draft
+        wf.future = self.env.executor.submit(boundary.as_job(
+            '%s step of %s' % (wf.state.value, host), job))
+
+    def _wrote(self, wf: HostWorkflow, draft: workflow.Draft) -> None:
+        """Apply what a finished job wrote into Nova (tick thread).
+
+        Its durable changes, and the evacuating marker in Nova: the
+        spare it names is enabled, the evacuation's prelude is done
+        (:meth:`instanceha.engine.steps.Steps._marking`).
+        """
+        wf.record(**draft.changes())
+        if S.EVACUATING in draft.written:
+            wf.unmarked, wf.spare_enabled = False, True
 
     def _finished(self) -> set[int]:
         """The futures finished by now (their ids; see :meth:`_harvest`)."""
@@ -148,6 +170,10 @@ class Plumbing:
                 continue
             wf.future, on_done, wf.on_done = None, wf.on_done, None
             wf.budget = wf.step_in_flight = 0
+            if wf.draft is not None:
+                # What the job wrote into Nova, whether it ended well.
+                self._wrote(wf, wf.draft)
+                wf.draft = None
             if not apply:
                 continue  # forgotten: the next leader resumes from Nova
             exc = fut.exception()
@@ -177,53 +203,50 @@ class Plumbing:
     def _service(self, host: str) -> model.Service:
         return _listed(self.snapshot, host)
 
-    def _mark(self, wf: HostWorkflow, state: HostState, note: str = '',
-              *, spare=_SAME, **changes) -> None:
-        """Write our marker (and other changes) to the host's service."""
+    def _mark(self, draft: workflow.Draft, state: HostState,
+              note: str = '', *, spare=_SAME, **changes) -> None:
+        """Write our marker (and other changes) to the host's service.
+
+        From the job's ``draft`` (job thread), which then holds what the
+        marker holds (:meth:`workflow.Durable.marked_as`).
+        """
         if not self.env.coordinator.is_leader():
             raise exceptions.CoordinationError(
-                'not the leader: %s left unchanged' % wf.host)
-        svc = self._ours(wf)
-        reason = self._marker(wf, state, note, spare=spare).render()
+                'not the leader: %s left unchanged' % draft.host)
+        svc = self._ours(draft.host)
+        durable = draft.durable.marked_as(
+            state, draft.durable.spare if spare is _SAME else spare)
+        reason = self._marker(durable, state, note).render()
         # Nova takes a disabled_reason only together with status=disabled.
         changes.setdefault('status', model.DISABLED)
         self.env.cloud.update_service(svc, disabled_reason=reason,
                                       **changes)
-        wf.marked = reason
+        draft.wrote(state, dataclasses.replace(durable, marked=reason))
 
-    def _marker(self, wf: HostWorkflow, state: HostState,
-                note: str = '', spare=_SAME) -> marker_mod.Marker:
-        """The marker of ``wf`` in ``state``: what a resumed copy needs.
-
-        ``spare``: the spare to name (default: the workflow's).
+    def _marker(self, durable: workflow.Durable, state: HostState,
+                note: str = '') -> marker_mod.Marker:
+        """The marker of ``durable`` in ``state``: what a resumed copy needs.
 
         Its times are on Nova's clock (see :mod:`.marker`): ``when`` with
-        the skew measured now, ``fenced_at`` with the one measured when
-        ``wf.since`` was read from our clock, so that a clock stepped in
-        between changes neither.
+        the skew measured now, ``fenced_at`` as the fence recorded it
+        (:func:`workflow.fence_time`), so that a clock stepped in between
+        changes neither.
         """
         skew = self.snapshot.clock_skew if self.snapshot else None
         when = marker_mod.to_nova(self.env.clock.now(), skew)
         if state is S.FAILED:
             # An operator's note only (the workflow ends here).
             return marker_mod.Marker(state=state, when=when,
-                                     recovery=wf.recovery or None,
+                                     recovery=durable.recovery or None,
                                      note=note[:200], nova_clock=True)
-        fenced_at = None
-        if wf.since is not None:
-            fenced_at = marker_mod.to_nova(
-                wf.since + workflow.MIGRATION_SLACK,
-                skew if wf.since_skew is None else wf.since_skew)
         return marker_mod.Marker(
-            state=state, when=when, fenced_at=fenced_at, nova_clock=True,
-            spare=wf.spare if spare is _SAME else spare, kdump=wf.kdump,
-            recovery=wf.recovery or None, shutdown=wf.shutdown,
-            # What was given up matters while instances are evacuated.
-            gave_up=wf.gave_up if state is S.EVACUATING else (),
-            stopped=wf.stopped and state is S.EVACUATING,
+            state=state, when=when, fenced_at=durable.fenced_at,
+            nova_clock=True, spare=durable.spare, kdump=durable.kdump,
+            recovery=durable.recovery or None, shutdown=durable.shutdown,
+            gave_up=durable.gave_up, stopped=durable.stopped,
             note=note).fitted()
 
-    def _ours(self, wf: HostWorkflow) -> model.Service:
+    def _ours(self, host: str) -> model.Service:
         """The host's service, unless an operator took the host.
 
         Checked before every write: the operator's word wins at every
@@ -231,7 +254,7 @@ class Plumbing:
 
         :raises workflow.OperatorTookOver: it carries a reason that is not ours.
         """
-        svc = self._current_service(wf.host)
+        svc = self._current_service(host)
         why = workflow.operators_reason(svc)
         if why is not None:
             raise workflow.OperatorTookOver(why)
@@ -262,9 +285,9 @@ class Plumbing:
     @staticmethod
     def _catching(fn: Callable, *errors) -> Callable:
         """Wrap ``fn`` so that ``errors`` come back as results."""
-        def wrapped():
+        def wrapped(*args):
             try:
-                return fn()
+                return fn(*args)
             except errors as exc:
                 return exc
         return wrapped

@@ -17,8 +17,10 @@ import concurrent.futures
 import dataclasses
 import datetime
 import logging
+import threading
 import uuid
 
+from instanceha.engine import boundary
 from instanceha.engine import evacuation_job
 from instanceha.engine import evacuation_tasks
 from instanceha.engine import model
@@ -129,9 +131,131 @@ def operator_action(host: str) -> str:
             % (host, host))
 
 
+@dataclasses.dataclass(frozen=True)
+class Durable:
+    """What a host's marker holds: all that a copy resuming it knows.
+
+    The running copy's record says exactly what the latest marker it
+    wrote says (see :meth:`marked_as`), and a copy that adopts that
+    marker (:meth:`adopted`) holds the same: the outcome cannot depend on
+    whether the service restarted in between. A change made in the tick
+    (a spare claimed, a fence that found a crash dump) is what the next
+    marker will say.
+    """
+
+    #: This recovery's id: in every event of it (``recovery_id``), every
+    #: notification and the Nova marker (``rid=``).
+    recovery: str = ''
+    #: When the host was fenced, on Nova's clock, to the second (the
+    #: marker's ``fenced_at``); None before its fencing.
+    fenced_at: datetime.datetime | None = None
+    #: The spare claimed for the host's instances.
+    spare: str | None = None
+    #: Fenced by its crash dump (never power-cycled while it dumps).
+    kdump: bool = False
+    #: ``poweroff``: the host announced its power-off and was proven off
+    #: by reading its devices; it stays off (a resumed copy must not
+    #: power it on either).
+    shutdown: str | None = None
+    #: Instances given up (marker short ids): never evacuated again.
+    gave_up: tuple[str, ...] = ()
+    #: The host's evacuation stopped at a give-up (``stop_host``).
+    stopped: bool = False
+    #: The ``disabled_reason`` of the latest marker written (or adopted)
+    #: for the host: what Nova shows while it is ours. Waiting up after
+    #: our power-on, Nova keeps the marker written before it.
+    marked: str | None = None
+
+    def marked_as(self, state: HostState,
+                  spare: str | None) -> 'Durable':
+        """The record a marker of ``state`` holds (``marked`` left out).
+
+        A FAILED marker holds the recovery only (an operator's note);
+        the others the fence, the spare named, kdump and the announced
+        shutdown, and while instances are evacuated (fenced again in the
+        middle included) what was given up.
+        """
+        if state is S.FAILED:
+            return Durable(recovery=self.recovery)
+        evacuating = state in (S.FENCED, S.EVACUATING)
+        return dataclasses.replace(
+            self, spare=spare,
+            gave_up=self.gave_up if evacuating else (),
+            stopped=self.stopped and evacuating)
+
+    @classmethod
+    def adopted(cls, parsed: marker_mod.Marker, reason: str,
+                fenced_at: datetime.datetime | None,
+                recovery: str) -> 'Durable':
+        """The record of a copy resuming from ``parsed`` (``reason``).
+
+        ``fenced_at``: the fence time on Nova's clock as the adopting
+        copy takes it; ``recovery``: the id when the marker has none.
+        """
+        if parsed.state is S.FAILED:
+            return cls(recovery=recovery, marked=reason)
+        evacuating = parsed.state in (S.FENCED, S.EVACUATING)
+        return cls(recovery=recovery, fenced_at=fenced_at,
+                   spare=parsed.spare if evacuating else None,
+                   kdump=parsed.kdump, shutdown=parsed.shutdown,
+                   gave_up=parsed.gave_up if evacuating else (),
+                   stopped=parsed.stopped and evacuating, marked=reason)
+
+
+def fence_time(since: datetime.datetime,
+               skew: float | None) -> datetime.datetime:
+    """The durable fence time of a workflow whose ``since`` is ``since``.
+
+    On Nova's clock (``skew``: measured when ``since`` was read), to the
+    second, as the marker writes it.
+    """
+    return marker_mod.to_nova(since + MIGRATION_SLACK, skew).replace(
+        microsecond=0)
+
+
+class Draft:
+    """A job's own copy of its workflow's durable record.
+
+    Made by the tick when it submits the job; the job changes its copy
+    (and writes its markers from it), never the record; the tick applies
+    what changed when it harvests the job, whether it returned or raised
+    (what it wrote into Nova is there either way). The tick does not
+    look at it while the job runs.
+    """
+
+    def __init__(self, host: str, durable: Durable):
+        self.host = host
+        self._base = self.durable = durable
+        #: The states of the markers the job wrote, in order.
+        self.written: list[HostState] = []
+        self._lock = threading.Lock()
+
+    def update(self, **changes) -> None:
+        """Change the job's copy (a job's concurrent calls may)."""
+        with self._lock:
+            self.durable = dataclasses.replace(self.durable, **changes)
+
+    def wrote(self, state: HostState, durable: Durable) -> None:
+        """The job wrote a marker of ``state`` holding ``durable``."""
+        with self._lock:
+            self.durable = durable
+            self.written.append(state)
+
+    def changes(self) -> dict:
+        """The fields the job changed, with their new values."""
+        return {f.name: getattr(self.durable, f.name)
+                for f in dataclasses.fields(Durable)
+                if getattr(self.durable, f.name) !=
+                getattr(self._base, f.name)}
+
+
 @dataclasses.dataclass
-class HostWorkflow:
-    """The engine's in-memory view of one host being recovered."""
+class HostWorkflow(boundary.TickOwned):
+    """The engine's in-memory view of one host being recovered.
+
+    Written in the tick only (:class:`boundary.TickOwned`): a job gets a
+    :class:`Draft` of the durable part and returns its result.
+    """
 
     host: str
     state: HostState
@@ -139,10 +263,14 @@ class HostWorkflow:
     entered: datetime.datetime
     #: When the host was detected failed (or the marker's time).
     detected: datetime.datetime
+    #: What the host's marker holds (see :class:`Durable`).
+    durable: Durable = Durable()
     servers: tuple[model.Server, ...] = ()
     future: concurrent.futures.Future | None = None
     #: Applied in the tick thread to the job's result.
     on_done: Callable | None = None
+    #: The running job's copy of :attr:`durable`, applied at its harvest.
+    draft: Draft | None = None
     #: Evacuations the running job may start (counted against the cap).
     budget: int = 0
     #: Its rebuilds in flight when the running job's step began, if that
@@ -150,14 +278,8 @@ class HostWorkflow:
     step_in_flight: int = 0
     attempts: int = 0
     retry_at: float = 0.0
-    kdump: bool = False
-    #: ``poweroff``: the host announced its power-off and was proven off
-    #: by reading its devices; it stays off (in the marker: a resumed
-    #: copy must not power it on either).
-    shutdown: str | None = None
     kdump_deadline: float | None = None
     fence_level: int | None = None
-    spare: str | None = None
     since: datetime.datetime | None = None
     #: Fenced by this copy a moment ago, and no evacuation job begun for
     #: it yet: nothing of this failure can have been evacuated, so its
@@ -172,31 +294,22 @@ class HostWorkflow:
     #: plus :data:`model.OWN_WRITE`; Nova's clock). See
     #: :meth:`instanceha.engine.steps.Steps._step_waiting_up`.
     up_after: datetime.datetime | None = None
-    #: The ``disabled_reason`` of the latest marker this copy wrote (or
-    #: adopted) for the host: what Nova shows while it is ours. Waiting
-    #: up after our power-on, Nova keeps the marker written before it.
-    marked: str | None = None
     #: Steps in a row that raised (their retry backs off).
     step_errors: int = 0
-    #: This recovery's id: in every event of it (``recovery_id``), every
-    #: notification and the Nova marker (``rid=``), so a resumed copy
-    #: goes on with the same one.
-    recovery: str = ''
     #: The spare (if any) was enabled by this copy.
     spare_enabled: bool = False
     #: Evacuating, but the marker saying so (forced down) is not in Nova
     #: yet: the next evacuation step writes it before any evacuate call.
     unmarked: bool = False
-    #: Instances given up (marker short ids): never evacuated again, also
-    #: by a copy that resumes (they are in the marker).
-    gave_up: tuple[str, ...] = ()
-    #: The host's evacuation stopped at a give-up (``stop_host``).
-    stopped: bool = False
     #: When its latest step raised (clock.now()); None: never.
     failed_at: datetime.datetime | None = None
     #: The skew between our clock and Nova's when ``since`` was read from
     #: our clock, or converted to it from a marker (None: unknown).
     since_skew: float | None = None
+
+    def record(self, **changes) -> None:
+        """Change the durable part (see :class:`Durable`)."""
+        self.durable = dataclasses.replace(self.durable, **changes)
 
 
 def awaits_fence(wf: HostWorkflow) -> bool:
