@@ -60,7 +60,7 @@ S = states.HostState
 DRAIN_RECHECK = 5.0
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Host(boundary.TickOwned):
     """What this copy does about one announced host.
 

@@ -61,7 +61,11 @@ def as_job(name: str, fn: Callable[[], typing.Any]
 
 
 class TickOwned:
-    """A record only the tick writes (see the module docstring)."""
+    """A record only the tick writes (see the module docstring).
+
+    Its dataclasses have slots: a write to a field that does not exist
+    (a name left over from a move) fails instead of adding one.
+    """
 
     __slots__ = ()
 

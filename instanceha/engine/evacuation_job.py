@@ -33,6 +33,7 @@ from collections.abc import Callable
 import dataclasses
 import datetime
 import logging
+import threading
 
 from instanceha.engine import evacuation_tasks as tasks_mod
 from instanceha.engine import events
@@ -107,6 +108,10 @@ class EvacuationJob:
         self.instances = instance_evacuation.InstanceEvacuation(
             strategy, host)
         self._classified = False
+        #: What the tick reads of this job (see
+        #: :class:`instanceha.engine.evacuation_tasks.JobView`).
+        self.view = tasks_mod.JobView()
+        self._viewing = threading.Lock()
         #: Why nothing more is started (the host left our hands).
         self._stopped: str | None = None
         #: What the host's marker says was given up (short ids), stopped.
@@ -154,6 +159,19 @@ class EvacuationJob:
             env, self.host, self._servers, records, self.strategy,
             self.spare, gave_up=frozenset(gave_up), stopped=stopped)
         self._classified = True
+        for task in self.tasks.values():
+            task.on_change = self._publish
+        self._publish()
+
+    def _publish(self) -> None:
+        """Hand the tick a new view (the job's own threads).
+
+        Made and handed over under a lock: the job's concurrent calls
+        each change their instance's state, the last view is the newest.
+        """
+        with self._viewing:
+            self.view = tasks_mod.JobView(in_flight=self.in_flight,
+                                          wants_more=self.wants_more())
 
     # -- pacing -----------------------------------------------------------
 

@@ -21,6 +21,7 @@ evacuation stands after a step (:class:`Progress`), and what a job asks
 its strategy (:class:`Policy`).
 """
 
+from collections.abc import Callable
 import dataclasses
 import enum
 import typing
@@ -91,6 +92,32 @@ class InstanceTask:
     #: Found being rebuilt without a record in this job's listing (see
     #: :func:`instanceha.engine.migration_records.own_records`).
     unlisted: bool = False
+    #: Told when ``state`` changes: the job hands its view over again
+    #: (see :class:`JobView`).
+    on_change: Callable[[], None] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == 'state':
+            on_change = getattr(self, 'on_change', None)
+            if on_change is not None:
+                on_change()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobView:
+    """What the tick reads of an evacuation job, running or not.
+
+    The job hands a new one over (one reference, replaced whole) the
+    moment one of its instances changes state; the tick never reads the
+    job's tasks while a step of it runs.
+    """
+
+    #: Rebuilds in flight (counted against ``max_in_flight``).
+    in_flight: int = 0
+    #: Some instance still waits for its evacuation call.
+    wants_more: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -133,7 +133,7 @@ class Poll(tick.Plumbing):
             return not wf.durable.kdump
         return wf.state is S.POWERING_ON and (
             self.snapshot is None or self.snapshot.taken_at < max(
-                wf.entered, wf.failed_at or wf.entered))
+                wf.entered, wf.sched.failed_at or wf.entered))
 
     def _writes(self) -> int:
         """Our service writes so far (the guarded cloud counts them)."""
@@ -163,7 +163,7 @@ class Poll(tick.Plumbing):
             wf = self._workflows.get(host)
             svc = snap.service(host)
             why = workflow.operators_reason(svc)
-            if wf is None or why is None or wf.future is not None:
+            if wf is None or why is None or wf.sched.future is not None:
                 continue
             if wf.state in workflow.NEEDS_FRESH_PLAN:
                 self._hand_over(wf, why)  # not fenced (again)
@@ -319,7 +319,7 @@ class Poll(tick.Plumbing):
                     continue
                 wf.servers = tuple(to_recover[host].servers)
             if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
-                    and wf.future is None
+                    and wf.sched.future is None
                     and snapshot.service(host) is None):
                 # Its compute service was deleted: no marker left to keep
                 # and nothing to enable. Should it come back with our
@@ -329,14 +329,15 @@ class Poll(tick.Plumbing):
                     '(deleted); nothing left to recover'))
                 continue
             if (wf.state is S.FENCE_FAILED
-                    and wf.retry_at > self.env.clock.monotonic()):
-                self._emit(events.FENCE_PENDING, host, attempts=wf.attempts,
-                           retry_in=int(max(0, wf.retry_at -
+                    and wf.sched.retry_at > self.env.clock.monotonic()):
+                self._emit(events.FENCE_PENDING, host,
+                           attempts=wf.local.attempts,
+                           retry_in=int(max(0, wf.sched.retry_at -
                                             self.env.clock.monotonic())),
-                           reason=wf.reason)
+                           reason=wf.local.reason)
             elif wf.state is S.WAITING_UP:
                 self._check_up_timeout(wf, now)
-            elif wf.state is S.FAILED and wf.future is None:
+            elif wf.state is S.FAILED and wf.sched.future is None:
                 self._emit(events.HOST_FAILED_PENDING, host,
                            action=workflow.operator_action(host))
 
@@ -460,7 +461,7 @@ class Poll(tick.Plumbing):
                 # they are unlocked and their power state restored.
                 job = strategy.begin(svc.host, [], since=wf.since)
                 job.since_skew = wf.since_skew
-                self._aftercare[svc.host] = dataclasses.replace(wf, job=job)
+                self._aftercare[svc.host] = workflow.aftercare(wf, job=job)
             self._emit(events.HOST_RESUMED, svc.host, state=state.value)
 
     def _handed_back(self, wf: HostWorkflow, svc: model.Service,
@@ -469,13 +470,13 @@ class Poll(tick.Plumbing):
 
         Only hosts waiting for an operator (failed, left_disabled) or to
         come up (waiting_up) are handed back; the marker we wrote (or
-        left, :attr:`HostWorkflow.marked`) is gone or replaced, so the
+        left, :attr:`workflow.Durable.marked`) is gone or replaced, so the
         table says where the host goes: waiting_up
         (``hosts clear``: enabled once Nova reports it up) or healthy
         (``--enable``, or disabled with the operator's own reason, which
         takes it out of our hands).
         """
-        if wf.future is not None:
+        if wf.sched.future is not None:
             return
         why = workflow.operators_reason(svc)
         if why is not None and wf.state not in (
@@ -495,7 +496,6 @@ class Poll(tick.Plumbing):
             if wf.state is not S.WAITING_UP:
                 self._transition(wf, S.WAITING_UP,
                                  reason='cleared by operator')
-                wf.up_after = None
             return
         if marker is wf.state:
             return
@@ -515,15 +515,14 @@ class Poll(tick.Plumbing):
         enable). Rebuilds already running are watched to their end so
         that their instances are unlocked; nothing new is started.
         """
-        if wf.job is not None and wf.unmarked:
+        if wf.job is not None and wf.local.unmarked:
             wf.job = None  # taken before its marker: nothing was started
         if wf.job is not None:
             wf.job.stop('left to the operator: %s' % why)
             # Always through aftercare, settled or not: its next step
             # unlocks the instances we locked that wait for a retry
             # (the stopped job gives them up), then ends.
-            self._aftercare[wf.host] = dataclasses.replace(
-                wf, future=None, on_done=None)
+            self._aftercare[wf.host] = workflow.aftercare(wf)
             wf.job = None
         elif wf.state is S.EVACUATING:
             # No job to watch its rebuilds (none begun since a restart):

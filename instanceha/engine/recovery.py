@@ -162,7 +162,7 @@ class Engine(poll.Poll, steps.Steps):
     def busy(self) -> bool:
         """True while any job is running."""
         return (self.workflows.busy() or
-                any(wf.future is not None for wf in self._all()))
+                any(wf.sched.future is not None for wf in self._all()))
 
     def tick(self) -> None:
         """One step; never blocks on slow work.
@@ -260,14 +260,15 @@ class Engine(poll.Poll, steps.Steps):
         """
         busy = self._busy()
         for wf in self._workflows.values():
-            if wf.future is not None or now < wf.retry_at:
+            if wf.sched.future is not None or now < wf.sched.retry_at:
                 continue
             if wf.state is S.FENCE_FAILED:
                 return True
             if wf.state is S.SUSPECT and busy < self.conf.workers:
                 return True
-            if wf.state is S.FENCING and (wf.kdump_deadline is None or
-                                          now >= wf.kdump_deadline):
+            deadline = wf.local.kdump_deadline
+            if wf.state is S.FENCING and (deadline is None or
+                                          now >= deadline):
                 return True
         return False
 
@@ -293,10 +294,10 @@ class Engine(poll.Poll, steps.Steps):
         self._stopping = True
         self.env.guard.halt('stopping')
         deadline = self.env.clock.monotonic() + timeout
-        running = sorted(wf.host for wf in self._all() if wf.future)
+        running = sorted(wf.host for wf in self._all() if wf.sched.future)
         self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
-        futures = ([wf.future for wf in self._all() if wf.future] +
-                   self.workflows.futures())
+        futures = ([wf.sched.future for wf in self._all()
+                    if wf.sched.future] + self.workflows.futures())
         while futures and self.env.clock.monotonic() < deadline:
             if all(f.done() for f in futures):
                 break
@@ -317,7 +318,7 @@ class Engine(poll.Poll, steps.Steps):
         busy = self._busy()
         for host in sorted(self._workflows):
             wf = self._workflows.get(host)
-            if wf is None or wf.future is not None or now < wf.retry_at:
+            if wf is None or wf.sched.future is not None or now < wf.sched.retry_at:
                 continue
             if workflow.awaits_fence(wf) and not self._fresh:
                 continue  # judged on data Nova could not refresh
@@ -331,10 +332,10 @@ class Engine(poll.Poll, steps.Steps):
         for host in sorted(self._workflows):
             # Fenced in this loop (a live crash dump): evacuating at once.
             wf = self._workflows[host]
-            if (wf.state is S.EVACUATING and wf.unmarked and
-                    wf.future is None and now >= wf.retry_at):
+            if (wf.state is S.EVACUATING and wf.local.unmarked and
+                    wf.sched.future is None and now >= wf.sched.retry_at):
                 self._step_evacuation(wf)
         for host in sorted(self._aftercare):
             wf = self._aftercare[host]
-            if wf.future is None:
+            if wf.sched.future is None:
                 self._step_evacuation(wf, aftercare=True)

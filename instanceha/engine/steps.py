@@ -21,7 +21,6 @@ in the tick thread.
 """
 
 from collections.abc import Callable
-import dataclasses
 import datetime
 import math
 
@@ -53,15 +52,17 @@ class Steps(tick.Plumbing):
         self._step_fencing(wf)
 
     def _step_fence_failed(self, wf: HostWorkflow) -> None:
-        self._transition(wf, S.FENCING, attempt=wf.attempts + 1)
+        self._transition(wf, S.FENCING, keep=('attempts',),
+                         attempt=wf.local.attempts + 1)
         self._step_fencing(wf)
 
     def _step_fencing(self, wf: HostWorkflow) -> None:
         clock = self.env.clock
-        if self._kdump_on() and wf.attempts == 0:
-            if wf.kdump_deadline is None:
+        local = wf.local
+        if self._kdump_on() and local.attempts == 0:
+            if local.kdump_deadline is None:
                 timeout = self._kdump_opt('kdump_timeout', 30)
-                wf.kdump_deadline = clock.monotonic() + timeout
+                local.kdump_deadline = clock.monotonic() + timeout
                 self._emit(events.KDUMP_WAIT, wf.host, timeout=timeout)
             # Only a dump in progress proves the host runs nothing: its
             # messages must still arrive now (the last one within one
@@ -73,7 +74,7 @@ class Steps(tick.Plumbing):
                 self._fenced(wf, ports.FenceResult(
                     host=wf.host, level=0, devices=(), kdump=True))
                 return
-            if clock.monotonic() < wf.kdump_deadline:
+            if clock.monotonic() < local.kdump_deadline:
                 return
         if not self._judged_now():
             return  # judged again at this tick's read first
@@ -108,17 +109,16 @@ class Steps(tick.Plumbing):
 
     def _fenced(self, wf: HostWorkflow, result) -> None:
         if isinstance(result, Exception):
-            wf.attempts += 1
-            wf.reason = str(result)
-            wait = self._backoff(wf.attempts)
-            self._transition(wf, S.FENCE_FAILED, reason=wf.reason,
-                             attempts=wf.attempts, retry_in=int(wait))
-            wf.retry_at = self.env.clock.monotonic() + wait
+            attempts = wf.local.attempts + 1
+            wait = self._backoff(attempts)
+            self._transition(wf, S.FENCE_FAILED, reason=str(result),
+                             attempts=attempts, retry_in=int(wait))
+            wf.local.attempts, wf.local.reason = attempts, str(result)
+            wf.sched.retry_at = self.env.clock.monotonic() + wait
             return
         wf.record(kdump=bool(result.kdump),
                   shutdown=(shutdown.POWEROFF if result.shutdown ==
                             shutdown.POWEROFF else None))
-        wf.fence_level = result.level
         details = {'kdump': True} if wf.durable.kdump else {
             'level': result.level, 'devices': tuple(result.devices)}
         if result.announced:
@@ -154,10 +154,10 @@ class Steps(tick.Plumbing):
         claimed = wf.durable.spare or (self.drivers.reservation.claim(
             wf.host, snapshot) if snapshot is not None else None)
         wf.record(spare=claimed)
-        wf.unmarked = True
         if claimed:
             self._emit(events.SPARE_CLAIMED, wf.host, spare=claimed)
         self._transition(wf, S.EVACUATING, forced_down=True, spare=claimed)
+        wf.local.unmarked = True
         # Its first step comes in this very tick (Engine._advance), with
         # every other host fenced by now sharing the evacuation slots.
 
@@ -256,16 +256,17 @@ class Steps(tick.Plumbing):
         holds those slots until it ends.
         """
         tracks = self.drivers.evacuation.tracks
-        running = wf.job.in_flight if (wf.job and tracks) else 0
-        if wf.future is None:
+        # The view its job handed over (never the tasks of a running job).
+        running = wf.job.view.in_flight if (wf.job and tracks) else 0
+        if wf.sched.future is None:
             return running
-        return max(running, wf.step_in_flight) + wf.budget
+        return max(running, wf.sched.step_in_flight) + wf.sched.budget
 
     def _sharing(self) -> list[HostWorkflow]:
         """The hosts being evacuated that want more slots."""
         return [w for w in self._workflows.values()
                 if w.state is S.EVACUATING and (
-                    w.job is None or w.job.wants_more())]
+                    w.job is None or w.job.view.wants_more)]
 
     def _step_evacuation(self, wf: HostWorkflow,
                          aftercare: bool = False) -> None:
@@ -286,7 +287,7 @@ class Steps(tick.Plumbing):
         if wf.job is None:
             wf.job = self._begin(wf)
         budget, waits = (0, True) if aftercare else self._grant(wf)
-        wf.budget = budget
+        wf.sched.budget = budget
         tracks = self.drivers.evacuation.tracks
         # Slots used again within the step: tracked, the slots of the
         # rebuilds it sees ending, while no other host shares the cap;
@@ -294,13 +295,12 @@ class Steps(tick.Plumbing):
         # other host waits for a slot (the budget stays held meanwhile).
         reuse = not aftercare and (len(self._sharing()) <= 1 if tracks
                                    else not waits)
-        wf.step_in_flight = wf.job.in_flight if reuse and tracks else 0
+        wf.sched.step_in_flight = wf.job.view.in_flight if reuse and tracks else 0
         draft = workflow.Draft(wf.host, wf.durable)
         ctx = self._step_context(wf, draft, budget, reuse, aftercare)
         job = wf.job
 
         def done(progress):
-            wf.progress = progress
             if aftercare:
                 if progress.settled:
                     self._aftercare.pop(wf.host, None)
@@ -368,7 +368,7 @@ class Steps(tick.Plumbing):
             prove_off=self._prover(wf, draft), record=record,
             gave_up=wf.durable.gave_up, stopped=wf.durable.stopped,
             listing=listing, reuse=reuse,
-            prelude=self._marking(wf, draft) if wf.unmarked else None)
+            prelude=self._marking(wf, draft) if wf.local.unmarked else None)
 
     def _prover(self, wf: HostWorkflow, draft: workflow.Draft
                 ) -> Callable[[], ports.PowerReading]:
@@ -446,14 +446,15 @@ class Steps(tick.Plumbing):
                     '[kdump] message_interval) and it runs again'
                     if wf.durable.kdump else 'powered on again')
             wf.record(kdump=False)
-            wf.kdump_deadline = self.env.clock.monotonic()
             self._transition(wf, S.FENCING, reason=(
                 '%s (%s): fenced again before any further evacuation'
                 % (what, reading.detail))[:250])
+            # No kdump message awaited again: fenced at the next step.
+            wf.local.kdump_deadline = self.env.clock.monotonic()
             return
-        wait = min(workflow.STEP_RETRY * 2 ** wf.step_errors, float(self.conf.poll))
-        wf.step_errors += 1
-        wf.retry_at = self.env.clock.monotonic() + wait
+        wait = min(workflow.STEP_RETRY * 2 ** wf.sched.step_errors, float(self.conf.poll))
+        wf.sched.step_errors += 1
+        wf.sched.retry_at = self.env.clock.monotonic() + wait
         self._emit(events.POWER_UNPROVEN, wf.host,
                    reason=reading.detail[:200], retry_in=int(wait))
 
@@ -506,8 +507,7 @@ class Steps(tick.Plumbing):
             if release:
                 self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
             if not progress.settled:
-                self._aftercare[wf.host] = dataclasses.replace(
-                    wf, future=None, on_done=None)
+                self._aftercare[wf.host] = workflow.aftercare(wf)
             wf.job = None
             if give_up:
                 self._transition(wf, S.FAILED, failed=tuple(failed),
@@ -607,7 +607,7 @@ class Steps(tick.Plumbing):
         # Powered on only on a view of its service read since this step
         # began (or last failed): an operator who took the host meanwhile
         # (a reason of their own) is seen before its power changes.
-        since = max(wf.entered, wf.failed_at or wf.entered)
+        since = max(wf.entered, wf.sched.failed_at or wf.entered)
         if self.snapshot is None or self.snapshot.taken_at < since:
             return
         fencer, host = self.env.fencer, wf.host
@@ -618,20 +618,21 @@ class Steps(tick.Plumbing):
 
         def done(result):
             if isinstance(result, Exception):
-                wf.attempts += 1
-                wf.reason = str(result)
-                if wf.attempts > self.conf.power_on_retries:
+                local = wf.local
+                local.attempts += 1
+                local.reason = str(result)
+                if local.attempts > self.conf.power_on_retries:
                     self._fail(wf, 'power on failed %d time(s): %s' % (
-                        wf.attempts, str(result)[:80]))
+                        local.attempts, str(result)[:80]))
                     return
-                wf.retry_at = self.env.clock.monotonic() + self._backoff(
-                    wf.attempts)
+                wf.sched.retry_at = self.env.clock.monotonic() + self._backoff(
+                    local.attempts)
                 self._emit(events.STEP_ERROR, wf.host,
-                           state=wf.state.value, reason=wf.reason)
+                           state=wf.state.value, reason=local.reason)
                 return
             self._transition(wf, S.WAITING_UP, level=result.level)
             # Powered on by now: only a report stamped after it counts.
-            wf.up_after = self._nova_now()
+            wf.local.up_after = self._nova_now()
 
         self._submit(wf, self._catching(power_on, exceptions.FencingError),
                      done)
@@ -662,10 +663,11 @@ class Steps(tick.Plumbing):
         svc = self.snapshot.service(wf.host) if self.snapshot else None
         if svc is None:
             return
-        if wf.up_after is None:
+        local = wf.local
+        if local.up_after is None:
             # On Nova's clock, that of the stamps it is compared with
             # (ours may be stepped while the host boots).
-            wf.up_after = self.snapshot.nova_now(wf.entered)
+            local.up_after = self.snapshot.nova_now(wf.entered)
         if svc.updated_at is None:
             # A cloud without time stamps: Nova's word alone (up only
             # once forced_down is cleared).
@@ -673,12 +675,12 @@ class Steps(tick.Plumbing):
         elif svc.forced_down:
             # ...and a report recent enough not to be judged failed at
             # once (not stale by the failed rule), had a read been missed.
-            back = svc.reported_after(wf.up_after) and not (
+            back = svc.reported_after(local.up_after) and not (
                 det_base.Detector.judge_service(
                     svc, self.snapshot.nova_now(self.snapshot.taken_at),
                     self.conf.delta).stale)
         else:
-            back = (svc.reported_after(wf.up_after) and
+            back = (svc.reported_after(local.up_after) and
                     svc.state == model.UP)
         if not back:
             return
@@ -721,7 +723,7 @@ class Steps(tick.Plumbing):
             if enabled:
                 self._transition(wf, S.HEALTHY, enabled=True)
             else:
-                wf.retry_at = self.env.clock.monotonic() + float(
+                wf.sched.retry_at = self.env.clock.monotonic() + float(
                     self.conf.tick_interval)
 
         self._submit(wf, enable, done)

@@ -82,7 +82,7 @@ class Plumbing:
                     # Another copy may have moved our hosts on: forget what
                     # we knew and resume from Nova's markers right away.
                     for host in sorted(self._workflows):
-                        if self._workflows[host].future is None:
+                        if self._workflows[host].sched.future is None:
                             del self._workflows[host]
                     self._next_poll = None
                     # ...with a full read, even if every host looked
@@ -98,15 +98,20 @@ class Plumbing:
             self._leader = leader
         return leader
 
-    def _transition(self, wf: HostWorkflow, new: HostState,
-                    **details) -> None:
+    def _transition(self, wf: HostWorkflow, new: HostState, *,
+                    keep: tuple[str, ...] = (), **details) -> None:
+        """Move ``wf`` to ``new`` (the table's rule); say so.
+
+        The old state's own data is cleared (:class:`workflow.StateLocal`)
+        but for what ``keep`` names: a fence_failed host keeps counting
+        its attempts when it is fenced again.
+        """
         states.check_transition(wf.host, wf.state, new)
         old = wf.state
         wf.state = new
         wf.entered = self.env.clock.now()
-        if new in (S.FENCED, S.POWERING_ON):
-            wf.attempts = 0
-        wf.retry_at = 0.0
+        wf.local = wf.local.kept(keep)
+        wf.sched.retry_at = 0.0
         self._emit(events.HOST_STATE, wf.host, old=old.value,
                    new=new.value, **details)
         if new is S.HEALTHY:
@@ -139,8 +144,8 @@ class Plumbing:
             with coordinator.host_lock(host):
                 return fn(draft)
 
-        wf.on_done, wf.draft = on_done, draft
-        wf.future = self.env.executor.submit(boundary.as_job(
+        wf.sched.on_done, wf.sched.draft = on_done, draft
+        wf.sched.future = self.env.executor.submit(boundary.as_job(
             '%s step of %s' % (wf.state.value, host), job))
 
     def _wrote(self, wf: HostWorkflow, draft: workflow.Draft) -> None:
@@ -152,28 +157,28 @@ class Plumbing:
         """
         wf.record(**draft.changes())
         if S.EVACUATING in draft.written:
-            wf.unmarked, wf.spare_enabled = False, True
+            wf.local.unmarked, wf.spare_enabled = False, True
 
     def _finished(self) -> set[int]:
         """The futures finished by now (their ids; see :meth:`_harvest`)."""
-        return {id(wf.future) for wf in self._all()
-                if wf.future is not None and wf.future.done()}
+        return {id(wf.sched.future) for wf in self._all()
+                if wf.sched.future is not None and wf.sched.future.done()}
 
     def _harvest(self, apply: bool = True,
                  only: set[int] | None = None) -> None:
         """Apply the results of finished jobs (``only``: these futures)."""
         for wf in self._all():
-            fut = wf.future
+            fut = wf.sched.future
             if fut is None or not fut.done():
                 continue
             if only is not None and id(fut) not in only:
                 continue
-            wf.future, on_done, wf.on_done = None, wf.on_done, None
-            wf.budget = wf.step_in_flight = 0
-            if wf.draft is not None:
+            wf.sched.future, on_done, wf.sched.on_done = None, wf.sched.on_done, None
+            wf.sched.budget = wf.sched.step_in_flight = 0
+            if wf.sched.draft is not None:
                 # What the job wrote into Nova, whether it ended well.
-                self._wrote(wf, wf.draft)
-                wf.draft = None
+                self._wrote(wf, wf.sched.draft)
+                wf.sched.draft = None
             if not apply:
                 continue  # forgotten: the next leader resumes from Nova
             exc = fut.exception()
@@ -184,8 +189,8 @@ class Plumbing:
                 # Back off while it keeps failing (Nova down for an hour
                 # is one warning a poll, not one every 5 s), never beyond
                 # a poll.
-                wf.step_errors += 1
-                wait = min(workflow.STEP_RETRY * 2 ** (wf.step_errors - 1),
+                wf.sched.step_errors += 1
+                wait = min(workflow.STEP_RETRY * 2 ** (wf.sched.step_errors - 1),
                            max(workflow.STEP_RETRY, float(self.conf.poll)))
                 self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
                            reason='%s: %s' % (type(exc).__name__, exc),
@@ -193,10 +198,10 @@ class Plumbing:
                 if not isinstance(exc, exceptions.InstanceHAError):
                     LOG.error('host %s: unexpected error in state %s',
                               wf.host, wf.state, exc_info=exc)
-                wf.retry_at = self.env.clock.monotonic() + wait
-                wf.failed_at = self.env.clock.now()
+                wf.sched.retry_at = self.env.clock.monotonic() + wait
+                wf.sched.failed_at = self.env.clock.now()
                 continue
-            wf.step_errors = 0
+            wf.sched.step_errors = 0
             if on_done is not None:
                 on_done(fut.result())
 

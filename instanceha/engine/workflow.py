@@ -22,7 +22,7 @@ import uuid
 
 from instanceha.engine import boundary
 from instanceha.engine import evacuation_job
-from instanceha.engine import evacuation_tasks
+from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import reasons
 from instanceha.engine.states import HostState
@@ -249,12 +249,70 @@ class Draft:
                 getattr(self._base, f.name)}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
+class StateLocal(boundary.TickOwned):
+    """What one state of a workflow keeps: cleared on every transition.
+
+    What a state hands on to the next is named at the transition
+    (:meth:`instanceha.engine.tick.Plumbing._transition`'s ``keep``).
+    """
+
+    #: Fencing (and fence_failed, which keeps them), or powering on:
+    #: the tries that failed so far.
+    attempts: int = 0
+    #: Fencing: when the first kdump message stops being awaited
+    #: (monotonic; None: not awaited yet).
+    kdump_deadline: float | None = None
+    #: Fence_failed, powering on: why the latest try failed.
+    reason: str = ''
+    #: Waiting up: only a heartbeat newer than this proves the host came
+    #: back (its power-on, or the waiting_up marker of a host that
+    #: starts by itself, plus :data:`model.OWN_WRITE`; Nova's clock). See
+    #: :meth:`instanceha.engine.steps.Steps._step_waiting_up`.
+    up_after: datetime.datetime | None = None
+    #: Evacuating, but the marker saying so (forced down) is not in Nova
+    #: yet: the next evacuation step writes it before any evacuate call.
+    unmarked: bool = False
+
+    def kept(self, names: tuple[str, ...]) -> 'StateLocal':
+        """A fresh one, but for ``names``, handed on to the next state."""
+        return StateLocal(**{n: getattr(self, n) for n in names})
+
+
+@dataclasses.dataclass(slots=True)
+class Schedule(boundary.TickOwned):
+    """When a workflow is stepped next, and the job of its current step."""
+
+    future: concurrent.futures.Future | None = None
+    #: Applied in the tick thread to the job's result.
+    on_done: Callable | None = None
+    #: The running job's copy of the durable record, applied at its
+    #: harvest (see :class:`Draft`).
+    draft: Draft | None = None
+    #: Evacuations the running job may start (counted against the cap).
+    budget: int = 0
+    #: Its rebuilds in flight when the running job's step began, if that
+    #: step may use their slots again (0 otherwise).
+    step_in_flight: int = 0
+    #: Not stepped before this (monotonic; reset on every transition).
+    retry_at: float = 0.0
+    #: Steps in a row that raised (their retry backs off).
+    step_errors: int = 0
+    #: When its latest step raised (clock.now()); None: never.
+    failed_at: datetime.datetime | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class HostWorkflow(boundary.TickOwned):
     """The engine's in-memory view of one host being recovered.
 
     Written in the tick only (:class:`boundary.TickOwned`): a job gets a
-    :class:`Draft` of the durable part and returns its result.
+    :class:`Draft` of the durable part and returns its result. Three
+    parts: what the marker holds (:class:`Durable`), the current state's
+    own data (:class:`StateLocal`, cleared on every transition) and the
+    scheduling (:class:`Schedule`); beside them what the whole recovery
+    works with: the host's instances, the fence time on our clock and
+    the evacuation job.
     """
 
     host: str
@@ -265,51 +323,42 @@ class HostWorkflow(boundary.TickOwned):
     detected: datetime.datetime
     #: What the host's marker holds (see :class:`Durable`).
     durable: Durable = Durable()
+    #: The current state's own data (see :class:`StateLocal`).
+    local: StateLocal = dataclasses.field(default_factory=StateLocal)
+    sched: Schedule = dataclasses.field(default_factory=Schedule)
     servers: tuple[model.Server, ...] = ()
-    future: concurrent.futures.Future | None = None
-    #: Applied in the tick thread to the job's result.
-    on_done: Callable | None = None
-    #: The running job's copy of :attr:`durable`, applied at its harvest.
-    draft: Draft | None = None
-    #: Evacuations the running job may start (counted against the cap).
-    budget: int = 0
-    #: Its rebuilds in flight when the running job's step began, if that
-    #: step may use their slots again (0 otherwise).
-    step_in_flight: int = 0
-    attempts: int = 0
-    retry_at: float = 0.0
-    kdump_deadline: float | None = None
-    fence_level: int | None = None
+    #: ``durable.fenced_at`` on our clock, less :data:`MIGRATION_SLACK`
+    #: (exact in the copy that fenced): migration records older than
+    #: this are not of this failure.
     since: datetime.datetime | None = None
+    #: The skew between our clock and Nova's when ``since`` was read from
+    #: our clock, or converted to it from a marker (None: unknown).
+    since_skew: float | None = None
     #: Fenced by this copy a moment ago, and no evacuation job begun for
     #: it yet: nothing of this failure can have been evacuated, so its
     #: first job classifies the instances without Nova's records.
     first_job: bool = False
     job: evacuation_job.EvacuationJob | None = None
-    progress: evacuation_tasks.Progress | None = None
+    #: Adopted from a marker (not started by this copy).
     resumed: bool = False
-    reason: str = ''
-    #: Only a heartbeat newer than this proves the host came back (its
-    #: power-on, or the waiting_up marker of a host that starts by itself,
-    #: plus :data:`model.OWN_WRITE`; Nova's clock). See
-    #: :meth:`instanceha.engine.steps.Steps._step_waiting_up`.
-    up_after: datetime.datetime | None = None
-    #: Steps in a row that raised (their retry backs off).
-    step_errors: int = 0
     #: The spare (if any) was enabled by this copy.
     spare_enabled: bool = False
-    #: Evacuating, but the marker saying so (forced down) is not in Nova
-    #: yet: the next evacuation step writes it before any evacuate call.
-    unmarked: bool = False
-    #: When its latest step raised (clock.now()); None: never.
-    failed_at: datetime.datetime | None = None
-    #: The skew between our clock and Nova's when ``since`` was read from
-    #: our clock, or converted to it from a marker (None: unknown).
-    since_skew: float | None = None
 
     def record(self, **changes) -> None:
         """Change the durable part (see :class:`Durable`)."""
         self.durable = dataclasses.replace(self.durable, **changes)
+
+
+def aftercare(wf: HostWorkflow, **changes) -> HostWorkflow:
+    """A copy of ``wf`` that watches its rebuilds once the host moved on.
+
+    No job of its own yet, no state of its own (it shares none of the
+    workflow's mutable parts); its steps back off as the workflow's did.
+    """
+    sched = dataclasses.replace(wf.sched, future=None, on_done=None,
+                                draft=None)
+    return dataclasses.replace(wf, sched=sched, local=StateLocal(),
+                               **changes)
 
 
 def awaits_fence(wf: HostWorkflow) -> bool:
@@ -323,6 +372,6 @@ def awaits_fence(wf: HostWorkflow) -> bool:
     nor is a host fenced again (powered on mid-evacuation: ``since`` is
     set once it was first fenced): its recovery is under way.
     """
-    return wf.future is None and (
+    return wf.sched.future is None and (
         wf.state in NEEDS_FRESH_PLAN or
         (wf.state is S.FENCING and wf.since is None))

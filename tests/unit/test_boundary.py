@@ -42,22 +42,22 @@ class TestRecordRefusesJobs(testtools.TestCase):
 
     def test_written_outside_every_job(self):
         wf = record()
-        wf.reason = 'tick'
+        wf.sched.retry_at = 1.0
         wf.record(kdump=True)
-        self.assertEqual(('tick', True), (wf.reason, wf.durable.kdump))
+        self.assertEqual((1.0, True), (wf.sched.retry_at, wf.durable.kdump))
 
     def test_a_write_inside_a_job_names_the_field_and_the_job(self):
         wf = record()
 
         def job():
-            wf.attempts = 3
+            wf.first_job = True
 
         exc = self.assertRaises(boundary.WrittenByJob,
                                 boundary.as_job('fence step of host1', job))
-        self.assertIn('HostWorkflow.attempts', str(exc))
+        self.assertIn('HostWorkflow.first_job', str(exc))
         self.assertIn('fence step of host1', str(exc))
-        self.assertEqual(0, wf.attempts)
-        wf.attempts = 1  # the tick again, once the job is over
+        self.assertFalse(wf.first_job)
+        wf.first_job = True  # the tick again, once the job is over
         self.assertIsNone(boundary.current_job())
 
     def test_the_durable_part_too(self):
@@ -69,9 +69,10 @@ class TestRecordRefusesJobs(testtools.TestCase):
     def test_inline_executor(self):
         wf = record()
         fut = executor.InlineExecutor().submit(boundary.as_job(
-            'j', lambda: setattr(wf, 'unmarked', True)))
+            'j', lambda: setattr(wf.local, 'unmarked', True)))
         self.assertIsInstance(fut.exception(), boundary.WrittenByJob)
-        self.assertFalse(wf.unmarked)
+        self.assertIn('StateLocal.unmarked', str(fut.exception()))
+        self.assertFalse(wf.local.unmarked)
 
     def test_thread_pool_and_a_jobs_own_calls(self):
         wf = record()
@@ -81,15 +82,16 @@ class TestRecordRefusesJobs(testtools.TestCase):
         def job():
             # A job's independent calls run on the other pool, in a copy
             # of its context: in its scope too.
-            return pool.run_calls([lambda: setattr(wf, 'reason', 'call')])
+            return pool.run_calls(
+                [lambda: setattr(wf.local, 'reason', 'call')])
 
         errors = pool.submit(boundary.as_job('j', job)).result(timeout=10)
         self.assertIsInstance(errors[0], boundary.WrittenByJob)
         fut = pool.submit(boundary.as_job(
-            'j', lambda: setattr(wf, 'reason', 'job')))
+            'j', lambda: setattr(wf.local, 'reason', 'job')))
         self.assertIsInstance(fut.exception(timeout=10),
                               boundary.WrittenByJob)
-        self.assertEqual('', wf.reason)
+        self.assertEqual('', wf.local.reason)
 
     def _sim(self, greenlets: bool) -> None:
         clock = sim_clock.SimClock()
@@ -99,17 +101,17 @@ class TestRecordRefusesJobs(testtools.TestCase):
 
         def job():
             clock.sleep(5)  # hands control back to the simulation
-            seen.append(wf.reason)  # reading is not writing
-            wf.reason = 'job'
+            seen.append(wf.local.reason)  # reading is not writing
+            wf.local.reason = 'job'
 
         fut = ex.submit(boundary.as_job('j', job))
         # The job sleeps: the tick (the simulation's own flow) writes.
         self.assertFalse(fut.done())
-        wf.reason = 'tick'
+        wf.local.reason = 'tick'
         clock.advance_to(5)
         ex.complete_due()
         self.assertIsInstance(fut.exception(), boundary.WrittenByJob)
-        self.assertEqual((['tick'], 'tick'), (seen, wf.reason))
+        self.assertEqual((['tick'], 'tick'), (seen, wf.local.reason))
 
     def test_simulator_greenlets(self):
         if sim_executor.greenlet is None:
@@ -131,14 +133,14 @@ class TestEngineJobs(testtools.TestCase):
         results = []
 
         def bad(draft):
-            wf.retry_at = 99.0
+            wf.sched.retry_at = 99.0
 
         rig.engine._submit(wf, bad, results.append)
         rig.engine._harvest()
         self.assertEqual([], results)
         error, = rig.events.named(events.STEP_ERROR, 'host1')
         self.assertIn('WrittenByJob', error['reason'])
-        self.assertIn('HostWorkflow.retry_at', error['reason'])
+        self.assertIn('Schedule.retry_at', error['reason'])
 
     def test_a_jobs_draft_is_applied_at_its_harvest_even_if_it_raised(self):
         rig = fakes.Rig()
@@ -155,4 +157,4 @@ class TestEngineJobs(testtools.TestCase):
         self.assertFalse(wf.durable.kdump)
         rig.engine._harvest()
         self.assertTrue(wf.durable.kdump)
-        self.assertIsNone(wf.draft)
+        self.assertIsNone(wf.sched.draft)

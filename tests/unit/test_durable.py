@@ -21,6 +21,7 @@ import testtools
 
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import recovery
+from instanceha.engine import workflow
 from instanceha.plugins import loader
 from tests.unit import test_recovery_fakes as fakes
 
@@ -44,7 +45,7 @@ class TestResumedHoldsTheSame(testtools.TestCase):
         for _ in range(seconds):
             rig.run(1)
             wf = rig.engine._workflows.get(host)
-            if wf is None or wf.future is not None:
+            if wf is None or wf.sched.future is not None:
                 continue  # a job's draft is applied at its harvest
             svc = rig.cloud.read_services().service(host)
             if not svc.disabled or svc.disabled_reason != wf.durable.marked:
@@ -95,3 +96,19 @@ class TestResumedHoldsTheSame(testtools.TestCase):
         rig.run(2)
         rig.cloud.kill('host1')
         self.assertIn('evacuating', self.compare(rig))
+
+
+class TestStateLocal(testtools.TestCase):
+    """A state's own data does not outlive it."""
+
+    def test_cleared_on_every_transition_but_what_is_handed_on(self):
+        rig = fakes.Rig()
+        wf = workflow.HostWorkflow(host='host1', state=workflow.S.FENCING,
+                                   entered=fakes.T0, detected=fakes.T0)
+        wf.local.attempts, wf.local.reason = 2, 'no answer'
+        wf.local.kdump_deadline = 5.0
+        rig.engine._transition(wf, workflow.S.FENCE_FAILED)
+        self.assertEqual(workflow.StateLocal(), wf.local)
+        wf.local.attempts, wf.local.reason = 3, 'no answer'
+        rig.engine._transition(wf, workflow.S.FENCING, keep=('attempts',))
+        self.assertEqual(workflow.StateLocal(attempts=3), wf.local)
