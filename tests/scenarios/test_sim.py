@@ -263,7 +263,7 @@ class TestInvariants(testtools.TestCase):
         # Moved away for maintenance and back, then its host fails: the
         # first evacuation of this failure is no second one.
         w = small_world()
-        cloud = sim_world.SimCloud(w)
+        cloud = sim_cloud.SimCloud(w)
         cloud.live_migrate('vm1', 'h2')
         advance(w, 100)
         cloud.live_migrate('vm1', 'h1')

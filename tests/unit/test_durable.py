@@ -19,7 +19,7 @@ durable record: the spare, kdump, the fence time, what was given up.
 
 import testtools
 
-from instanceha.engine import marker as marker_mod
+from instanceha.engine import reasons
 from instanceha.engine import recovery
 from instanceha.engine import workflow
 from instanceha.plugins import loader
@@ -54,8 +54,8 @@ class TestResumedHoldsTheSame(testtools.TestCase):
             if other is None:
                 continue
             self.assertEqual(wf.durable, other.durable, svc.disabled_reason)
-            compared.append(marker_mod.Marker.parse(
-                svc.disabled_reason).state.value)
+            compared.append(reasons.read(
+                svc.disabled_reason).marker.state.value)
         return sorted(set(compared))
 
     def test_recovered_host(self):
