@@ -134,7 +134,7 @@ class ProcessFailures:
             transitions={Write.DISABLE: frozenset({Write.DONE}),
                          Write.ENABLE: frozenset({Write.DONE})},
             steps={Write.DISABLE: self._write, Write.ENABLE: self._write},
-            final=frozenset({Write.DONE})))
+            final=frozenset({Write.DONE}), on_error=self._failed))
         self._held: dict[str, tuple] = {}
         #: Hosts whose nova-compute this copy saw up since it last led
         #: and whose outage, if any, nobody else has ended: only these
@@ -274,6 +274,17 @@ class ProcessFailures:
             self._marked.add(change.service.host)
         return runtime.Go(Write.DONE, emit=runtime.emit(
             change.event, **dict(change.details)))
+
+    @staticmethod
+    def _failed(view: runtime.View, exc: BaseException) -> runtime.Outcome:
+        """A write that broke: said, and never replayed later.
+
+        The next poll judges the host afresh; a write retried on its own
+        could disable a host that came back meanwhile.
+        """
+        change: _Change = view.record.durable
+        LOG.error(change.failed, change.service.host, exc, exc_info=exc)
+        return runtime.Go(Write.DONE)
 
     def _run(self) -> None:
         """Let the runtime take this kind's steps (its writes) now."""

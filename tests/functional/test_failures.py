@@ -41,12 +41,24 @@ from tests.functional import test_recovery as rec
 
 class TestProcessFailure(e2e.HeartbeatCloudTest):
 
-    def kill_compute(self, cloud, host, why='with the service_down marker'):
-        """Kill ``host``'s nova-compute; wait until we disabled it."""
+    def kill_compute(self, cloud, host, why='with the service_down marker',
+                     eng=None):
+        """Kill ``host``'s nova-compute; wait until we disabled it.
+
+        With ``eng``, also until the engine applied that write (its
+        ``process_failure`` event): the write is a job, and its result is
+        applied in a tick after Nova already shows it.
+        """
+        before = (len(eng.record.named(events.PROCESS_FAILURE, host))
+                  if eng is not None else 0)
         cloud.nova.control.kill(host)
         rec.wait_for(lambda: (cloud.service(host).disabled_reason or
                               '').startswith('instanceha:service_down'),
                      60, '%s disabled %s' % (host, why))
+        if eng is not None:
+            rec.wait_for(lambda: len(eng.record.named(
+                events.PROCESS_FAILURE, host)) > before, 10,
+                'the disable of %s applied' % host)
 
     def test_dead_nova_compute_disabled_never_fenced_enabled_again(self):
         cloud, vm, _agents, eng = self.heartbeat_cloud(options={
@@ -54,7 +66,7 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         })
 
         # nova-compute dies on host1; the host and its agent live on.
-        self.kill_compute(cloud, 'host1')
+        self.kill_compute(cloud, 'host1', eng=eng)
         svc = cloud.service('host1')
         self.assertEqual('disabled', svc.status)
         self.assertFalse(svc.forced_down)
@@ -88,7 +100,7 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         cloud, vm, _agents, eng = self.heartbeat_cloud(options={
             'instance_failure.enabled': False,
         })
-        self.kill_compute(cloud, 'host1')
+        self.kill_compute(cloud, 'host1', eng=eng)
 
         # An operator wants it in service while nova-compute is down.
         cloud.client.services.enable(cloud.service('host1').id)
@@ -108,7 +120,8 @@ class TestProcessFailure(e2e.HeartbeatCloudTest):
         cycles = eng.engine.cycles
         rec.wait_for(lambda: eng.engine.cycles >= cycles + 2, 60,
                      'two cycles with host1 up')
-        self.kill_compute(cloud, 'host1', 'again for the new outage')
+        self.kill_compute(cloud, 'host1', 'again for the new outage',
+                          eng=eng)
         self.assertEqual(2, len(eng.record.named(events.PROCESS_FAILURE,
                                                  'host1')))
         self.assertEqual([], eng.record.named(events.HOST_STATE, 'host1'))

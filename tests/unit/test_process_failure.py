@@ -38,17 +38,20 @@ NOW = datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.timezone.utc)
 
 
 class _Cloud:
-    def __init__(self):
+    def __init__(self, broken=False):
         self.writes = []
+        self.broken = broken
 
     def update_service(self, svc, **changes):
         self.writes.append((svc.host, changes))
+        if self.broken:
+            raise RuntimeError('a bug in the port')
         return svc
 
 
 class TestOwnWrite(testtools.TestCase):
 
-    def cycle(self, updated_at):
+    def cycle(self, updated_at, broken=False):
         mark = marker_mod.Marker(state=HostState.SERVICE_DOWN,
                                  when=NOW - datetime.timedelta(seconds=2),
                                  note=pf.NOTE)
@@ -59,7 +62,7 @@ class TestOwnWrite(testtools.TestCase):
         plan = plan_mod.Plan(taken_at=NOW, decisions=(
             plan_mod.HostDecision('h1', plan_mod.Decision.HEALTHY, (),
                                   (), svc, verdict='alive'),))
-        cloud, sink = _Cloud(), events.RecordingEventSink()
+        cloud, sink = _Cloud(broken), events.RecordingEventSink()
         env = types.SimpleNamespace(
             cloud=cloud, events=sink, executor=executor.InlineExecutor(),
             clock=types.SimpleNamespace(monotonic=lambda: 0.0))
@@ -67,6 +70,8 @@ class TestOwnWrite(testtools.TestCase):
             enabled=True, threshold=30, max_per_cycle=5))
         workflows = runtime.Runtime(env, leading=lambda: True)
         pf.ProcessFailures(conf, env, workflows).cycle(snap, plan, NOW)
+        self.left = workflows.records(pf.KIND)
+        self.events = sink.events
         return cloud.writes
 
     def test_our_disable_stamp_does_not_enable_it(self):
@@ -75,3 +80,12 @@ class TestOwnWrite(testtools.TestCase):
     def test_a_report_after_our_disable_enables_it(self):
         self.assertEqual([('h1', {'status': model.ENABLED})],
                          self.cycle(NOW + datetime.timedelta(seconds=8)))
+
+    def test_a_write_that_breaks_is_not_replayed(self):
+        # One attempt, no event, no workflow left to retry it later: the
+        # next poll judges the host afresh.
+        self.assertEqual([('h1', {'status': model.ENABLED})],
+                         self.cycle(NOW + datetime.timedelta(seconds=8),
+                                    broken=True))
+        self.assertEqual([], self.left)
+        self.assertEqual([], self.events)
