@@ -98,7 +98,7 @@ class Engine(poll.Poll, steps.Steps):
         #: (fire-and-forget): watched until settled, for unlock/restore.
         self._aftercare: dict[str, HostWorkflow] = {}
         #: Evacuation slots granted to each host being evacuated (the cap
-        #: is handed out round robin, see Steps._budget).
+        #: is handed out round robin, see Evacuating._budget).
         self._grants: dict[str, int] = {}
         self._next_poll: float | None = None
         self._leader: bool | None = None
@@ -196,7 +196,7 @@ class Engine(poll.Poll, steps.Steps):
         # the next tick.
         finished = self._finished()
         # Made afresh by _advance: a step taken on a job's result before
-        # that lists its own records (see Steps._step_evacuation).
+        # that lists its own records (see Evacuating._step_evacuation).
         self._listing = None
         self._read_services(now)
         self._harvest(only=finished)

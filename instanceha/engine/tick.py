@@ -153,7 +153,7 @@ class Plumbing:
 
         Its durable changes, and the evacuating marker in Nova: the
         spare it names is enabled, the evacuation's prelude is done
-        (:meth:`instanceha.engine.steps.Steps._marking`).
+        (:meth:`instanceha.engine.evacuating.Evacuating._marking`).
         """
         wf.record(**draft.changes())
         if S.EVACUATING in draft.written:
