@@ -23,9 +23,11 @@ import datetime
 import testtools
 
 from instanceha.engine import boundary
+from instanceha.engine import evacuation_tasks
 from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import workflow
+from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import executor as sim_executor
 from tests.unit import test_recovery_fakes as fakes
@@ -151,10 +153,40 @@ class TestEngineJobs(testtools.TestCase):
         def job(draft):
             draft.update(kdump=True)
             # The tick does not see it while the job has not ended.
-            raise RuntimeError('later')
+            raise exceptions.CloudError('later')
 
         rig.engine._submit(wf, job, None)
         self.assertFalse(wf.durable.kdump)
         rig.engine._harvest()
         self.assertTrue(wf.durable.kdump)
         self.assertIsNone(wf.sched.draft)
+
+
+class TestJobView(testtools.TestCase):
+    """The tick shares the slots on the view a job hands over."""
+
+    def test_the_view_follows_every_change_of_an_instance(self):
+        rig = fakes.Rig(**{'evacuation.strategy': 'smart'})
+        rig.cloud.boot('host1', 3)
+        rig.run(2)
+        rig.cloud.kill('host1')
+        seen, job = set(), None
+        for _ in range(30):
+            rig.run(1)
+            wf = rig.engine._workflows.get('host1')
+            if wf is None or wf.job is None:
+                continue
+            job = wf.job
+            self.assertEqual(
+                evacuation_tasks.JobView(in_flight=job.in_flight,
+                                         wants_more=job.wants_more()),
+                job.view)
+            seen.add(job.view.in_flight)
+        self.assertIn(3, seen)
+        # Handed over the moment a task changes, whoever changes it.
+        task = next(iter(job.tasks.values()))
+        before = job.view.in_flight
+        task.state = evacuation_tasks.TaskState.IN_FLIGHT
+        task.state = evacuation_tasks.TaskState.DONE
+        self.assertEqual(job.in_flight, job.view.in_flight)
+        self.assertLessEqual(job.view.in_flight, before)
