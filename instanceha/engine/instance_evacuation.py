@@ -264,8 +264,31 @@ class InstanceEvacuation:
         return self.strategy.lock_instances or task.original_status not in (
             None, 'ACTIVE')
 
+    def _moved_away(self, env, task: tasks_mod.InstanceTask) -> bool:
+        """Whether a retried instance now lives on another host.
+
+        A retry (also the first call of a copy that resumed this
+        evacuation) follows attempts whose outcome Nova's records may not
+        show yet: the instance may run elsewhere already, rebuilt by one
+        of them or moved by someone else. Evacuated again, it would be
+        taken from a host nobody fenced. So a retry reads where the
+        instance is first (one call, retries only): elsewhere and at
+        rest, it is done; elsewhere and still moving, it is looked at
+        again at the next step.
+        """
+        server = env.cloud.get_server(task.server_id)
+        if server.host == self.host:
+            return False
+        if server.task_state is None:
+            self._done(env, task, server)
+        else:
+            task.not_before = env.clock.monotonic() + 1.0
+        return True
+
     def start(self, env, task: tasks_mod.InstanceTask) -> None:
         """Lock ``task``'s instance if it is to be, and evacuate it."""
+        if task.attempts and self._moved_away(env, task):
+            return
         if (self._locks(task) and task.verify_lock and
                 self._ours_now(env, task)):
             self._emit(env, events.SERVER_LOCKED, server=task.server_id,
