@@ -14,6 +14,7 @@
 
 from oslo_config import cfg
 
+from instanceha.engine import retry
 from instanceha import exceptions
 
 GROUP = 'evacuation'
@@ -131,9 +132,8 @@ def retry_delay(conf: cfg.ConfigOpts, failures: int) -> int:
     group = conf.evacuation
     if failures <= 0 or group.retry_interval <= 0:
         return 0
-    # Cap the exponent too, so that a large count cannot overflow.
-    wait = group.retry_interval * (2 ** min(failures - 1, 32))
-    return min(wait, group.retry_max_interval)
+    return int(retry.backoff(group.retry_interval, failures,
+                             group.retry_max_interval))
 
 
 def max_in_flight(conf: cfg.ConfigOpts) -> int:

@@ -30,6 +30,7 @@ from instanceha.engine import events
 from instanceha.engine import guard
 from instanceha.engine import migration_records
 from instanceha.engine import ports
+from instanceha.engine import retry
 from instanceha.engine import tick
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
@@ -338,7 +339,8 @@ class Evacuating(tick.Plumbing):
             # No kdump message awaited again: fenced at the next step.
             wf.local.kdump_deadline = self.env.clock.monotonic()
             return
-        wait = min(workflow.STEP_RETRY * 2 ** wf.sched.step_errors, float(self.conf.poll))
+        wait = retry.backoff(workflow.STEP_RETRY, wf.sched.step_errors + 1,
+                             float(self.conf.poll))
         wf.sched.step_errors += 1
         wf.sched.retry_at = self.env.clock.monotonic() + wait
         self._emit(events.POWER_UNPROVEN, wf.host,

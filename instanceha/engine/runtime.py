@@ -52,6 +52,7 @@ import types
 import typing
 
 from instanceha.engine import ports
+from instanceha.engine import retry
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ class Runtime:
         if kind.on_error is not None:
             return kind.on_error(view, exc)
         errors = view.record.errors + 1
-        wait = min(kind.backoff * 2 ** (errors - 1), kind.max_backoff)
+        wait = retry.backoff(kind.backoff, errors, kind.max_backoff)
         self._records[(kind.name, view.record.key)] = dataclasses.replace(
             view.record, errors=errors)
         if not isinstance(exc, exceptions.InstanceHAError):

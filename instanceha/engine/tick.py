@@ -27,6 +27,7 @@ from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import retry
 from instanceha.engine import states
 from instanceha.engine.states import HostState
 from instanceha.engine import workflow
@@ -190,8 +191,9 @@ class Plumbing:
                 # is one warning a poll, not one every 5 s), never beyond
                 # a poll.
                 wf.sched.step_errors += 1
-                wait = min(workflow.STEP_RETRY * 2 ** (wf.sched.step_errors - 1),
-                           max(workflow.STEP_RETRY, float(self.conf.poll)))
+                wait = retry.backoff(
+                    workflow.STEP_RETRY, wf.sched.step_errors,
+                    max(workflow.STEP_RETRY, float(self.conf.poll)))
                 self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
                            reason='%s: %s' % (type(exc).__name__, exc),
                            retry_in=int(wait))
@@ -298,8 +300,8 @@ class Plumbing:
         return wrapped
 
     def _backoff(self, attempts: int) -> float:
-        wait = self.conf.fence_retry_interval * (2 ** max(attempts - 1, 0))
-        return float(min(wait, self.conf.fence_retry_max_interval))
+        return float(retry.backoff(self.conf.fence_retry_interval, attempts,
+                                   self.conf.fence_retry_max_interval))
 
     def _kdump_on(self) -> bool:
         if self.env.kdump is None:
