@@ -28,7 +28,7 @@ from oslo_config import cfg
 
 from instanceha.cmd import common
 from instanceha.cmd import manage_history
-from instanceha.engine import instance_failure as inst
+from instanceha.engine import instance_record as irec
 from instanceha.engine import model
 from instanceha import exceptions
 
@@ -43,8 +43,8 @@ def _cloud(conf):
 
 def describe(server: model.Server) -> dict | None:
     """One instance's row; None when instanceha never handled it."""
-    rec = inst.Record.parse(server.metadata.get(inst.KEY))
-    error = server.metadata.get(inst.ERROR_KEY)
+    rec = irec.Record.parse(server.metadata.get(irec.KEY))
+    error = server.metadata.get(irec.ERROR_KEY)
     if rec is None and not error:
         return None
     return {'server': server.name, 'id': server.id, 'host': server.host,
@@ -110,8 +110,8 @@ def clear(cloud, name: str, start: bool = False,
         cloud.stop_server(srv.id)
         _wait(cloud, srv.id, 'SHUTOFF', sleep)
         done.append('error state left (SHUTOFF)')
-    cloud.delete_server_metadata(srv.id, inst.ERROR_KEY)
-    cloud.delete_server_metadata(srv.id, inst.KEY)
+    cloud.delete_server_metadata(srv.id, irec.ERROR_KEY)
+    cloud.delete_server_metadata(srv.id, irec.KEY)
     done.append('counters removed')
     if start:
         cloud.start_server(srv.id)

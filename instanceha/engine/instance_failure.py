@@ -40,7 +40,8 @@ import typing
 
 from instanceha.conf import instance_failure as instance_failure_conf
 from instanceha.engine import events
-from instanceha.engine import marker as marker_mod
+from instanceha.engine import instance_reads
+from instanceha.engine import instance_record as irec
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
@@ -48,100 +49,11 @@ from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
 
-#: Metadata item holding the counters and the step under way.
-KEY = 'instanceha:failure'
-#: Metadata item of the error state; only an operator removes it.
-ERROR_KEY = 'instanceha:error'
-
-RESTARTING = 'restarting'
-RELOCATING = 'relocating'
-STARTING = 'starting'
-RUNNING = 'running'
-#: Its user stopped it while a step was under way: left alone.
-STOPPED = 'stopped'
-IN_PROGRESS = frozenset({RESTARTING, RELOCATING, STARTING})
-
-#: Nova statuses of the servers watched (a crash leaves a guest SHUTOFF;
-#: a relocation waits in VERIFY_RESIZE).
-WATCHED = frozenset({'SHUTOFF', 'VERIFY_RESIZE'})
-#: Seconds a listing of the changes reaches back before the start of the
-#: read it follows: a change Nova stamped just before that read but made
-#: visible after it, Nova's machines' clocks against the one whose time
-#: it answers with, and the error of the skew measured (about a second).
-OVERLAP = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Record(marker_mod.NovaClockTimes):
-    """The ``KEY`` metadata item: counters and the step under way.
-
-    Its time is on Nova's clock (``clock=nova``): it is compared with the
-    time stamps of Nova's instance actions, and read back by copies whose
-    clocks may differ from (or be stepped since) the writer's.
-    """
-
-    restarts: int = 0
-    relocations: int = 0
-    state: str = RUNNING
-    #: When the state was entered (Nova's clock, see ``nova_clock``).
-    at: datetime.datetime | None = None
-    #: Request id of the stop that was handled (never handled twice).
-    stop: str | None = None
-    #: The host the instance crashed on (a relocation leaves it).
-    source: str | None = None
-    #: ``at`` is on Nova's clock; False: on the clock of the copy that
-    #: wrote it (an earlier version's record), taken to be ours.
-    nova_clock: bool = False
-
-    def on_nova_clock(self, skew: float | None) -> 'Record':
-        """This record with ``at`` on Nova's clock (``skew``: now's)."""
-        if self.nova_clock:
-            return self
-        return dataclasses.replace(self, at=self.on_nova(self.at, skew),
-                                   nova_clock=True)
-
-    def render(self) -> str:
-        parts = ['restarts=%d' % self.restarts,
-                 'relocations=%d' % self.relocations, 'state=%s' % self.state]
-        if self.at is not None:
-            parts.append('at=%s' % marker_mod.format_ts(self.at))
-        if self.stop:
-            parts.append('stop=%s' % self.stop)
-        if self.source:
-            parts.append('from=%s' % self.source)
-        if self.nova_clock:
-            parts.append(marker_mod.NOVA_CLOCK_FIELD)
-        return ' '.join(parts)[:255]
-
-    @classmethod
-    def parse(cls, text: str | None) -> 'Record | None':
-        if not text:
-            return None
-        fields = dict(p.split('=', 1) for p in text.split() if '=' in p)
-        try:
-            return cls(restarts=int(fields.get('restarts', 0)),
-                       relocations=int(fields.get('relocations', 0)),
-                       state=fields.get('state', RUNNING),
-                       at=marker_mod.parse_ts(fields.get('at', '')),
-                       stop=fields.get('stop') or None,
-                       source=fields.get('from') or None,
-                       nova_clock=fields.get('clock') == 'nova')
-        except ValueError:
-            return None
-
-
-def error_text(server: str, rec: Record, now: datetime.datetime) -> str:
-    """The ``ERROR_KEY`` item: when, the counts, how to clear it."""
-    return ('%s gave up after %d restart(s) and %d relocation(s); clear: '
-            'instanceha-manage instances clear %s' % (
-                marker_mod.format_ts(now), rec.restarts, rec.relocations,
-                server))[:255]
-
 
 @dataclasses.dataclass
 class Crash:
     server: model.Server
-    record: Record | None
+    record: irec.Record | None
     #: The stop no user asked for (None: a step that failed).
     stop: model.InstanceAction | None
     reason: str
@@ -185,26 +97,18 @@ class InstanceFailures:
         self._held: tuple = ()
         #: Servers with a step under way or a start not yet stable: when
         #: they are not stopped, taken from the listing of the changes or
-        #: read one by one (see ``_read``).
+        #: read one by one (see :mod:`.instance_reads`).
         self._tracked: set[str] = set()
         self._next: float | None = None
-        #: The watched servers by id as of the last read; None: unknown,
-        #: the next read lists them all.
-        self._stopped: dict[str, model.Server] | None = None
-        #: When the last read started, on Nova's clock (None: unknown).
-        self._read_at: datetime.datetime | None = None
-        #: Reads that listed only the changes since the last full one.
-        self._partial_reads = 0
-        #: The servers of ``_tracked`` not stopped, as the last read found
-        #: them (unchanged while a listing of the changes omits them).
-        self._others: dict[str, model.Server] = {}
+        #: The stopped servers, and how they are read again.
+        self._reads = instance_reads.StoppedServers(env, self._tracked)
 
     def forget(self) -> None:
         """List every watched server again at the next read.
 
         When this copy starts leading: what it knew is from before.
         """
-        self._stopped = None
+        self._reads.forget()
 
     def watching(self) -> bool:
         """Whether crashed instances are looked for at all."""
@@ -233,7 +137,8 @@ class InstanceFailures:
         if self._next is not None and mono < self._next:
             return
         self._next = mono + float(self.conf.poll)
-        servers = self._read(snapshot, now)
+        servers = self._reads.read(snapshot, now,
+                                   int(_opt(self.conf, 'full_read_every')))
         if servers is None:
             return
         view = dataclasses.replace(snapshot, servers=servers)
@@ -241,73 +146,6 @@ class InstanceFailures:
             paused = paused()
         self.cycle(view, plan, now, paused, busy,
                    context=_context(snapshot, servers))
-
-    def _read(self, snapshot: model.Snapshot, now: datetime.datetime
-              ) -> tuple[model.Server, ...] | None:
-        """The stopped servers, and those we act on that are not.
-
-        At start-up, after a read that failed and every
-        ``full_read_every`` reads, every SHUTOFF and VERIFY_RESIZE server
-        is listed; in between only the servers Nova changed since the
-        previous read started (less :data:`OVERLAP`) update what the
-        last read found: a server listed in another status, or deleted,
-        leaves it. Nova lists a server whose metadata alone changed too
-        (our records: see the functional test of ``stopped_servers``).
-        """
-        cloud = self.env.cloud
-        every = int(_opt(self.conf, 'full_read_every'))
-        # Taken before the listing: whatever changes while it runs is
-        # listed again by the next one.
-        started = snapshot.nova_now(now)
-        known = self._stopped
-        partial = self._partial_reads + 1
-        try:
-            if known is None or self._read_at is None or partial >= every:
-                fresh = {s.id: s for s in cloud.stopped_servers()}
-                known, partial = dict(fresh), 0
-            else:
-                # Back on our clock, with the skew measured now.
-                since = self._read_at + datetime.timedelta(
-                    seconds=(snapshot.clock_skew or 0.0) - OVERLAP)
-                fresh = {s.id: s for s in cloud.stopped_servers(since)}
-                known = dict(known)
-                for srv in fresh.values():
-                    if srv.status in WATCHED:
-                        known[srv.id] = srv
-                    else:  # started, migrated, deleted (DELETED)...
-                        known.pop(srv.id, None)
-        except exceptions.InstanceHAError as exc:
-            LOG.warning('cannot list the stopped servers: %s', exc)
-            self._stopped = None
-            return None
-        self._stopped = known
-        # Nova's time unknown (no skew measured yet): a full read next.
-        self._read_at = started if snapshot.clock_skew is not None else None
-        self._partial_reads = partial
-        # The servers we act on that are not stopped: as the listing of
-        # the changes has them, else as last read when it has listed
-        # every change since (none), else read one by one.
-        found = dict(known)
-        last, self._others = self._others, {}
-        for server_id in sorted(self._tracked - set(known)):
-            srv = fresh.get(server_id) if partial else None
-            if srv is None and partial:
-                srv = last.get(server_id)
-            if srv is None:
-                try:
-                    srv = cloud.get_server(server_id)
-                except exceptions.InstanceHAError as exc:
-                    if getattr(exc, 'status', None) == 404:
-                        self._tracked.discard(server_id)
-                    else:
-                        LOG.warning('instance %s: cannot read it: %s',
-                                    server_id, exc)
-                    continue
-            if srv.status == 'DELETED':
-                self._tracked.discard(server_id)
-                continue
-            found[server_id] = self._others[server_id] = srv
-        return tuple(found[k] for k in sorted(found))
 
     def _in_scope(self, snapshot: model.Snapshot, plan, busy,
                   now: datetime.datetime) -> set[str]:
@@ -340,38 +178,30 @@ class InstanceFailures:
         """
         if not self.watching():
             return
-        from instanceha.engine import decide
-        context = context or snapshot
-        filters = self.drivers.filters
-        servers = []
-        in_scope = self._in_scope(snapshot, plan, busy, now)
+        servers = self._eligible(snapshot, context or snapshot,
+                                 self._in_scope(snapshot, plan, busy, now))
         # From here on every time is on Nova's clock: the records' (read
         # back by any copy), and the instance actions' they are compared
         # with.
         now, skew = snapshot.nova_now(now), snapshot.clock_skew
-        for host in sorted(in_scope):
-            if decide.host_reasons(filters, host, context):
-                continue  # never its instances (e.g. an untagged host)
-            servers.extend(decide.eligible_servers(
-                filters, host, snapshot, context)[0])
         reads = int(_opt(self.conf, 'action_reads_per_cycle'))
         crashes: list[Crash] = []
         stopped = set()
         for srv in servers:
-            if ERROR_KEY in srv.metadata:
+            if irec.ERROR_KEY in srv.metadata:
                 self._tracked.discard(srv.id)
                 continue
-            rec = Record.parse(srv.metadata.get(KEY))
+            rec = irec.Record.parse(srv.metadata.get(irec.KEY))
             if rec is not None:
                 rec = rec.on_nova_clock(skew)
-            if rec is not None and rec.state in IN_PROGRESS:
+            if rec is not None and rec.state in irec.IN_PROGRESS:
                 self._tracked.add(srv.id)
                 crash = self._progress(srv, rec, now)
                 if crash is not None:
                     crashes.append(crash)
                 continue
             if not self.detector.suspect(srv):
-                if rec is not None and rec.state in (RUNNING, STOPPED):
+                if rec is not None and rec.state in (irec.RUNNING, irec.STOPPED):
                     self._check_stable(srv, rec, now)
                 continue
             stopped.add(srv.id)
@@ -390,6 +220,19 @@ class InstanceFailures:
                                  '(%s %s)' % (stop.action, stop.request_id)))
         self._judged &= stopped
         self._act_on(crashes, now, paused)
+
+    def _eligible(self, snapshot: model.Snapshot, context: model.Snapshot,
+                  in_scope: set[str]) -> list[model.Server]:
+        """The servers of ``in_scope`` hosts the filters keep."""
+        from instanceha.engine import decide
+        filters = self.drivers.filters
+        servers = []
+        for host in sorted(in_scope):
+            if decide.host_reasons(filters, host, context):
+                continue  # never its instances (e.g. an untagged host)
+            servers.extend(decide.eligible_servers(
+                filters, host, snapshot, context)[0])
+        return servers
 
     def _actions(self, srv: model.Server
                  ) -> list[model.InstanceAction] | None:
@@ -432,14 +275,14 @@ class InstanceFailures:
     def _act(self, crash: Crash, now: datetime.datetime) -> None:
         from instanceha.plugins.instance_failure import base
         srv = crash.server
-        rec = crash.record or Record(nova_clock=True)
+        rec = crash.record or irec.Record(nova_clock=True)
         stable = int(_opt(self.conf, 'stable_time'))
         reason = crash.reason
         if (rec.at is not None and crash.stop
                 is not None and crash.stop.start_time is not None and
                 (crash.stop.start_time - rec.at).total_seconds() >= stable):
             # Its last start was a success after all.
-            rec = Record(nova_clock=True)
+            rec = irec.Record(nova_clock=True)
             reason += '; ran %ds since its last start: counters reset' % (
                 stable)
         step = self.strategy.next_step(base.Counters(rec.restarts,
@@ -453,21 +296,21 @@ class InstanceFailures:
         self._tracked.add(srv.id)
         try:
             if step is base.Step.RESTART:
-                self._write(srv, Record(rec.restarts + 1, rec.relocations,
-                                        RESTARTING, now, stop_id, srv.host,
-                                        nova_clock=True))
+                self._write(srv, irec.Record(
+                    rec.restarts + 1, rec.relocations, irec.RESTARTING, now,
+                    stop_id, srv.host, nova_clock=True))
                 cloud.start_server(srv.id)
                 emit(events.INSTANCE_START_REQUESTED, srv.host,
                      server=srv.name, after='restart')
             elif step is base.Step.RELOCATE:
-                self._write(srv, Record(rec.restarts, rec.relocations + 1,
-                                        RELOCATING, now, stop_id, srv.host,
-                                        nova_clock=True))
+                self._write(srv, irec.Record(
+                    rec.restarts, rec.relocations + 1, irec.RELOCATING, now,
+                    stop_id, srv.host, nova_clock=True))
                 cloud.cold_migrate(srv.id)
                 emit(events.INSTANCE_RELOCATE_REQUESTED, srv.host,
                      server=srv.name)
             else:
-                cloud.set_server_metadata(srv.id, ERROR_KEY, error_text(
+                cloud.set_server_metadata(srv.id, irec.ERROR_KEY, irec.error_text(
                     srv.name or srv.id, rec, now))
                 cloud.reset_server_state(srv.id, 'error')
                 emit(events.INSTANCE_GAVE_UP, srv.host, server=srv.name,
@@ -480,12 +323,12 @@ class InstanceFailures:
             emit(events.INSTANCE_RECOVERY_FAILED, srv.host, server=srv.name,
                  reason=str(exc)[:300])
 
-    def _write(self, srv: model.Server, rec: Record) -> None:
-        self.env.cloud.set_server_metadata(srv.id, KEY, rec.render())
+    def _write(self, srv: model.Server, rec: irec.Record) -> None:
+        self.env.cloud.set_server_metadata(srv.id, irec.KEY, rec.render())
 
     # -- steps under way -------------------------------------------------
 
-    def _progress(self, srv: model.Server, rec: Record,
+    def _progress(self, srv: model.Server, rec: irec.Record,
                   now: datetime.datetime) -> Crash | None:
         """Move a restart or relocation on; a Crash when it failed."""
         if srv.task_state:
@@ -494,14 +337,14 @@ class InstanceFailures:
         timeout = int(_opt(self.conf, 'start_timeout'))
         if srv.status == 'ERROR':
             return Crash(srv, rec, None, 'the %s ended in ERROR' % (
-                'relocation' if rec.state == RELOCATING else 'start'))
+                'relocation' if rec.state == irec.RELOCATING else 'start'))
         try:
             if srv.status == 'ACTIVE':
-                self._write(srv, dataclasses.replace(rec, state=RUNNING,
+                self._write(srv, dataclasses.replace(rec, state=irec.RUNNING,
                                                      at=now))
                 self.env.events.emit(events.INSTANCE_RUNNING, srv.host,
                                      server=srv.name)
-            elif rec.state == RELOCATING:
+            elif rec.state == irec.RELOCATING:
                 return self._relocating(srv, rec, now)
             elif srv.status == 'SHUTOFF':
                 return self._not_started(srv, rec, waited, timeout)
@@ -510,7 +353,7 @@ class InstanceFailures:
                                  server=srv.name, reason=str(exc)[:300])
         return None
 
-    def _relocating(self, srv: model.Server, rec: Record,
+    def _relocating(self, srv: model.Server, rec: irec.Record,
                     now: datetime.datetime) -> Crash | None:
         cloud = self.env.cloud
         if srv.status == 'VERIFY_RESIZE':
@@ -524,13 +367,13 @@ class InstanceFailures:
                 '; '.join(errors) or 'it is still on %s' % srv.host))
         self.env.events.emit(events.INSTANCE_RELOCATED, rec.source,
                              server=srv.name, dest=srv.host)
-        self._write(srv, dataclasses.replace(rec, state=STARTING, at=now))
+        self._write(srv, dataclasses.replace(rec, state=irec.STARTING, at=now))
         cloud.start_server(srv.id)
         self.env.events.emit(events.INSTANCE_START_REQUESTED, srv.host,
                              server=srv.name, after='relocation')
         return None
 
-    def _not_started(self, srv: model.Server, rec: Record, waited: float,
+    def _not_started(self, srv: model.Server, rec: irec.Record, waited: float,
                      timeout: int) -> Crash | None:
         """SHUTOFF after our start: crashed again, failed, or a user."""
         actions = self._actions(srv)
@@ -540,13 +383,13 @@ class InstanceFailures:
         if stop is not None and stop.request_id != rec.stop:
             return Crash(srv, rec, stop, 'crashed again %ds after its %s '
                          '(%s %s)' % (waited, 'restart' if rec.state ==
-                                      RESTARTING else 'relocation',
+                                      irec.RESTARTING else 'relocation',
                                       stop.action, stop.request_id))
         newest = actions[0] if actions else None
         if newest is not None and newest.action == 'stop' and \
                 newest.user_id:
             # Its user stopped it: never undone; the counters stay.
-            self._write(srv, dataclasses.replace(rec, state=STOPPED))
+            self._write(srv, dataclasses.replace(rec, state=irec.STOPPED))
             return None
         if newest is not None and newest.action == 'start' and (
                 newest.message or '').lower() == 'error':
@@ -557,12 +400,12 @@ class InstanceFailures:
                          '([instance_failure] start_timeout)' % waited)
         return None
 
-    def _check_stable(self, srv: model.Server, rec: Record,
+    def _check_stable(self, srv: model.Server, rec: irec.Record,
                       now: datetime.datetime) -> None:
         """A start that lasted stable_time: a success; counters reset."""
-        if rec.state == STOPPED and srv.status == 'ACTIVE':
+        if rec.state == irec.STOPPED and srv.status == 'ACTIVE':
             # Its user started it again: from now on it is running.
-            self._write(srv, dataclasses.replace(rec, state=RUNNING,
+            self._write(srv, dataclasses.replace(rec, state=irec.RUNNING,
                                                  at=now))
             return
         stable = int(_opt(self.conf, 'stable_time'))
@@ -570,7 +413,7 @@ class InstanceFailures:
                 (now - rec.at).total_seconds() < stable):
             return
         try:
-            self.env.cloud.delete_server_metadata(srv.id, KEY)
+            self.env.cloud.delete_server_metadata(srv.id, irec.KEY)
         except exceptions.InstanceHAError as exc:
             LOG.warning('instance %s: cannot reset its counters: %s',
                         srv.id, exc)

@@ -26,10 +26,9 @@ import datetime
 import logging
 
 from instanceha.engine import events
+from instanceha.engine import handback
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
-from instanceha.engine import reasons
-from instanceha.engine import tick
 from instanceha.engine import watch
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
@@ -38,7 +37,7 @@ from instanceha.engine.workflow import S
 from instanceha import exceptions
 
 
-class Poll(tick.Plumbing):
+class Poll(handback.HandBack):
     """The cycle: snapshot, adoption, hand-back, plan, new workflows."""
 
     def _detection_opt(self, name: str) -> float:
@@ -150,26 +149,6 @@ class Poll(tick.Plumbing):
         self._watch.read_done(mono, snap, self.env.clock.now(),
                               self.conf.delta, self.conf.poll)
 
-    def _taken_over(self, snap: model.Snapshot) -> None:
-        """Hand over at once the hosts an operator took since the poll.
-
-        The services read shows an operator's reason within a second;
-        waiting for the next full read would let the steps taken in
-        between go on (a fence retried, new evacuations, a power-on) on
-        a host that is no longer ours. A host whose job is running is
-        handed over at the read after it ended.
-        """
-        for host in sorted(self._workflows):
-            wf = self._workflows.get(host)
-            svc = snap.service(host)
-            why = workflow.operators_reason(svc)
-            if wf is None or why is None or wf.sched.future is not None:
-                continue
-            if wf.state in workflow.NEEDS_FRESH_PLAN:
-                self._hand_over(wf, why)  # not fenced (again)
-            else:
-                self._handed_back(wf, svc, reasons.of_service(svc).marker)
-
     def _full_read_due(self, mono: float, answered: bool) -> bool:
         """Is a full read needed now (after :meth:`_read_services`)?
 
@@ -243,36 +222,11 @@ class Poll(tick.Plumbing):
                 (wf.resumed and wf.job is None))
 
     def _cycle(self) -> None:
+        """One poll: read Nova, plan, start and review the workflows."""
         self.cycles += 1
-        # The services read of this very tick is used instead of listing
-        # them again; not an earlier one, however young: the job results
-        # applied in this tick may have written markers after it.
-        fresh = self._watched
-        if fresh is not None and fresh[1] is None:
-            fresh = None  # Nova did not answer it
-        writes = self._writes()
-        try:
-            snapshot = self._take_snapshot(fresh[1] if fresh else None)
-        except exceptions.InstanceHAError as exc:
-            # The plan that chose the hosts waiting to be fenced may be
-            # stale now (a mass failure may be under way): they wait for a
-            # cycle that reads Nova again (see _advance).
-            self._fresh = False
-            held = tuple(h for h, wf in sorted(self._workflows.items())
-                         if workflow.awaits_fence(wf))
-            details = {'held': held} if held else {}
-            self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
+        snapshot = self._read_cycle()
+        if snapshot is None:
             return
-        self._fresh = True
-        self.snapshot = snapshot
-        if fresh is None:
-            self._services_read = (self.env.clock.monotonic(), snapshot)
-            self._read_done(snapshot, writes, self._services_read[0])
-        else:
-            self._services_read = (fresh[0], snapshot)
-        # Fencing keys are matched against every Nova host name: a short
-        # key naming two hosts serves neither.
-        self.env.fencer.learn_hosts(s.host for s in snapshot.services)
         now = self.env.clock.now()
         if not self.conf.disabled:
             self._adopt(snapshot)
@@ -297,6 +251,46 @@ class Poll(tick.Plumbing):
         self._process.cycle(snapshot, plan, now,
                             paused=self.pause.active is not None)
         to_recover = {d.host: d for d in plan.to_recover()}
+        self._start_workflows(to_recover, now)
+        for host in sorted(self._workflows):
+            self._review(self._workflows[host], snapshot, plan, to_recover,
+                         now)
+
+    def _read_cycle(self) -> model.Snapshot | None:
+        """The poll's snapshot of Nova; None when Nova did not answer."""
+        # The services read of this very tick is used instead of listing
+        # them again; not an earlier one, however young: the job results
+        # applied in this tick may have written markers after it.
+        fresh = self._watched
+        if fresh is not None and fresh[1] is None:
+            fresh = None  # Nova did not answer it
+        writes = self._writes()
+        try:
+            snapshot = self._take_snapshot(fresh[1] if fresh else None)
+        except exceptions.InstanceHAError as exc:
+            # The plan that chose the hosts waiting to be fenced may be
+            # stale now (a mass failure may be under way): they wait for a
+            # cycle that reads Nova again (see _advance).
+            self._fresh = False
+            held = tuple(h for h, wf in sorted(self._workflows.items())
+                         if workflow.awaits_fence(wf))
+            details = {'held': held} if held else {}
+            self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
+            return None
+        self._fresh = True
+        self.snapshot = snapshot
+        if fresh is None:
+            self._services_read = (self.env.clock.monotonic(), snapshot)
+            self._read_done(snapshot, writes, self._services_read[0])
+        else:
+            self._services_read = (fresh[0], snapshot)
+        # Fencing keys are matched against every Nova host name: a short
+        # key naming two hosts serves neither.
+        self.env.fencer.learn_hosts(s.host for s in snapshot.services)
+        return snapshot
+
+    def _start_workflows(self, to_recover: dict, now) -> None:
+        """A workflow, in suspect, for each host to recover that has none."""
         for host in sorted(to_recover):
             if host not in self._workflows:
                 self._workflows[host] = HostWorkflow(
@@ -306,40 +300,43 @@ class Poll(tick.Plumbing):
                         recovery=workflow.new_recovery_id()))
                 self._transition(self._workflows[host], S.SUSPECT,
                                  reason='; '.join(to_recover[host].reasons))
-        for host in sorted(self._workflows):
-            wf = self._workflows[host]
-            if workflow.awaits_fence(wf):
-                if host not in to_recover:
-                    decision = plan.decision(host)
-                    why = ('; '.join(decision.reasons) if decision else
-                           'no longer listed by Nova')
-                    self._transition(wf, S.HEALTHY,
-                                     reason='no longer to recover: %s'
-                                     % (why or decision.decision.value))
-                    continue
-                wf.servers = tuple(to_recover[host].servers)
-            if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
-                    and wf.sched.future is None
-                    and snapshot.service(host) is None):
-                # Its compute service was deleted: no marker left to keep
-                # and nothing to enable. Should it come back with our
-                # marker, the marker is adopted again.
-                self._transition(wf, S.HEALTHY, reason=(
-                    'its nova-compute service is no longer listed by Nova '
-                    '(deleted); nothing left to recover'))
-                continue
-            if (wf.state is S.FENCE_FAILED
-                    and wf.sched.retry_at > self.env.clock.monotonic()):
-                self._emit(events.FENCE_PENDING, host,
-                           attempts=wf.local.attempts,
-                           retry_in=int(max(0, wf.sched.retry_at -
-                                            self.env.clock.monotonic())),
-                           reason=wf.local.reason)
-            elif wf.state is S.WAITING_UP:
-                self._check_up_timeout(wf, now)
-            elif wf.state is S.FAILED and wf.sched.future is None:
-                self._emit(events.HOST_FAILED_PENDING, host,
-                           action=workflow.operator_action(host))
+
+    def _review(self, wf: HostWorkflow, snapshot: model.Snapshot, plan,
+                to_recover: dict, now) -> None:
+        """What this poll says of a workflow: ended, pending, overdue."""
+        host = wf.host
+        if workflow.awaits_fence(wf):
+            if host not in to_recover:
+                decision = plan.decision(host)
+                why = ('; '.join(decision.reasons) if decision else
+                       'no longer listed by Nova')
+                self._transition(wf, S.HEALTHY,
+                                 reason='no longer to recover: %s'
+                                 % (why or decision.decision.value))
+                return
+            wf.servers = tuple(to_recover[host].servers)
+        if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
+                and wf.sched.future is None
+                and snapshot.service(host) is None):
+            # Its compute service was deleted: no marker left to keep
+            # and nothing to enable. Should it come back with our
+            # marker, the marker is adopted again.
+            self._transition(wf, S.HEALTHY, reason=(
+                'its nova-compute service is no longer listed by Nova '
+                '(deleted); nothing left to recover'))
+            return
+        if (wf.state is S.FENCE_FAILED
+                and wf.sched.retry_at > self.env.clock.monotonic()):
+            self._emit(events.FENCE_PENDING, host,
+                       attempts=wf.local.attempts,
+                       retry_in=int(max(0, wf.sched.retry_at -
+                                        self.env.clock.monotonic())),
+                       reason=wf.local.reason)
+        elif wf.state is S.WAITING_UP:
+            self._check_up_timeout(wf, now)
+        elif wf.state is S.FAILED and wf.sched.future is None:
+            self._emit(events.HOST_FAILED_PENDING, host,
+                       action=workflow.operator_action(host))
 
     @staticmethod
     def _log_plan(plan: plan_mod.Plan, blocks: bool = True) -> None:
@@ -423,113 +420,3 @@ class Poll(tick.Plumbing):
             return
         self._emit(events.UP_OVERDUE, wf.host, waited=waited,
                    check=workflow.UP_OVERDUE_CHECK % {'host': wf.host})
-
-    def _adopt(self, snapshot: model.Snapshot) -> None:
-        """Resume hosts whose Nova marker says a recovery is under way."""
-        for svc in sorted(snapshot.services, key=lambda s: s.host):
-            parsed = reasons.of_disabled(svc).marker
-            wf = self._workflows.get(svc.host)
-            if wf is not None:
-                self._handed_back(wf, svc, parsed)
-                continue
-            if parsed is None or parsed.state not in workflow.RESUMABLE:
-                continue
-            # The marker's times on our clock as it runs now (they are on
-            # Nova's: ours may have been stepped since they were written).
-            skew = snapshot.clock_skew or 0.0
-            state = parsed.state
-            when = min(parsed.ours(parsed.when, skew), self.env.clock.now())
-            since = (parsed.ours(parsed.fenced_at, skew) or
-                     when) - workflow.MIGRATION_SLACK
-            # A spare named by a later marker is a stale name (released
-            # or in service): see Durable.adopted.
-            durable = workflow.Durable.adopted(
-                parsed, svc.disabled_reason,
-                fenced_at=workflow.fence_time(since, skew),
-                recovery=parsed.recovery or workflow.new_recovery_id())
-            wf = HostWorkflow(host=svc.host, state=state, entered=when,
-                              detected=when, resumed=True, durable=durable,
-                              servers=tuple(snapshot.servers_on(svc.host)),
-                              since=since, since_skew=skew)
-            if durable.spare:
-                self.drivers.reservation.adopt(svc.host, durable.spare)
-            self._workflows[svc.host] = wf
-            strategy = self.drivers.evacuation
-            if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
-                # Fire-and-forget moved on before the rebuilds ended; the
-                # previous run's aftercare is lost: watch them again so
-                # they are unlocked and their power state restored.
-                job = strategy.begin(svc.host, [], since=wf.since)
-                job.since_skew = wf.since_skew
-                self._aftercare[svc.host] = workflow.aftercare(wf, job=job)
-            self._emit(events.HOST_RESUMED, svc.host, state=state.value)
-
-    def _handed_back(self, wf: HostWorkflow, svc: model.Service,
-                     parsed) -> None:
-        """Follow an operator's ``instanceha-manage hosts clear``.
-
-        Only hosts waiting for an operator (failed, left_disabled) or to
-        come up (waiting_up) are handed back; the marker we wrote (or
-        left, :attr:`workflow.Durable.marked`) is gone or replaced, so the
-        table says where the host goes: waiting_up
-        (``hosts clear``: enabled once Nova reports it up) or healthy
-        (``--enable``, or disabled with the operator's own reason, which
-        takes it out of our hands).
-        """
-        if wf.sched.future is not None:
-            return
-        why = workflow.operators_reason(svc)
-        if why is not None and wf.state not in (
-                workflow.NEEDS_FRESH_PLAN | {S.FAILED, S.LEFT_DISABLED,
-                                             S.WAITING_UP}):
-            self._hand_over(wf, why)
-            return
-        if wf.state not in (S.FAILED, S.LEFT_DISABLED, S.WAITING_UP):
-            return
-        if (svc.disabled and wf.durable.marked is not None
-                and svc.disabled_reason == wf.durable.marked):
-            # Our own marker, as we left it: waiting up after our
-            # power-on, Nova keeps the one written before it.
-            return
-        marker = parsed.state if parsed else None
-        if marker is S.WAITING_UP:
-            if wf.state is not S.WAITING_UP:
-                self._transition(wf, S.WAITING_UP,
-                                 reason='cleared by operator')
-            return
-        if marker is wf.state:
-            return
-        if marker is not None and marker in workflow.RESUMABLE:
-            why = 'marker changed to %s by someone else' % marker.value
-        elif svc.disabled:
-            why = 'disabled by an operator: %s' % (
-                svc.disabled_reason or 'no reason')
-        else:
-            why = 'enabled by an operator'
-        self._transition(wf, S.HEALTHY, reason=why[:200])
-
-    def _hand_over(self, wf: HostWorkflow, why: str) -> None:
-        """An operator took the host: our workflow ends where it stood.
-
-        Nothing more is done to the host (no marker, no power-on, no
-        enable). Rebuilds already running are watched to their end so
-        that their instances are unlocked; nothing new is started.
-        """
-        if wf.job is not None and wf.local.unmarked:
-            wf.job = None  # taken before its marker: nothing was started
-        if wf.job is not None:
-            wf.job.stop('left to the operator: %s' % why)
-            # Always through aftercare, settled or not: its next step
-            # unlocks the instances we locked that wait for a retry
-            # (the stopped job gives them up), then ends.
-            self._aftercare[wf.host] = workflow.aftercare(wf)
-            wf.job = None
-        elif wf.state is S.EVACUATING:
-            # No job to watch its rebuilds (none begun since a restart):
-            # our locks on its instances are looked for in Nova.
-            self._locks.want('host taken by an operator')
-        if wf.durable.spare:
-            self.drivers.reservation.forget(wf.durable.spare)
-        self._transition(wf, S.HEALTHY, reason=(
-            'taken over by an operator (%s); instanceha leaves it as it is'
-            % why)[:250])

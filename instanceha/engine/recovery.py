@@ -114,16 +114,7 @@ class Engine(poll.Poll, steps.Steps):
         self._stopping = False
         self.pause = pause_mod.PauseWatch(env.pause, env.events, env.clock)
         self.snapshot: model.Snapshot | None = None
-        self._watch = watch.ServiceWatch(self._services_interval(),
-                                         self._nova_down_time())
-        #: Our service writes counted when the latest read began.
-        self._writes_read = 0
-        #: (monotonic time, snapshot) of the latest read of the services.
-        self._services_read: tuple[float, model.Snapshot] | None = None
-        #: This tick's services read alone: (monotonic time, snapshot or
-        #: None when Nova did not answer); None when none was due.
-        self._watched: tuple[float, model.Snapshot | None] | None = None
-        self._reads = reads.FocusedReads(conf, drivers, env.clock)
+        self._init_reads()
         #: This tick's one listing of evacuation records (see _advance).
         self._listing: migration_records.SharedListing | None = None
         #: Monotonic time of each evacuation job's last step.
@@ -146,6 +137,20 @@ class Engine(poll.Poll, steps.Steps):
                                                             self.env)
         #: Our locks an earlier copy left on hosts nobody adopted.
         self._locks = locks.LockSweep(conf, self.env)
+
+    def _init_reads(self) -> None:
+        """What schedules and keeps this copy's reads of Nova."""
+        self._watch = watch.ServiceWatch(self._services_interval(),
+                                         self._nova_down_time())
+        #: Our service writes counted when the latest read began.
+        self._writes_read = 0
+        #: (monotonic time, snapshot) of the latest read of the services.
+        self._services_read: tuple[float, model.Snapshot] | None = None
+        #: This tick's services read alone: (monotonic time, snapshot or
+        #: None when Nova did not answer); None when none was due.
+        self._watched: tuple[float, model.Snapshot | None] | None = None
+        self._reads = reads.FocusedReads(self.conf, self.drivers,
+                                         self.env.clock)
 
     def host_states(self) -> dict[str, HostState]:
         """Every host in a workflow and its state, sorted by host."""
@@ -200,20 +205,7 @@ class Engine(poll.Poll, steps.Steps):
         self._listing = None
         self._read_services(now)
         self._harvest(only=finished)
-        # A plan that waited on gates (veto hooks asked on the executor)
-        # is made again as soon as they have answered.
-        answered = self.plan is not None and self.plan.answered
-        # (Not while Nova cannot be read: the hosts wait for the poll.)
-        judge = self._fresh and self._power_off_due(now)
-        if self._full_read_due(now, answered or judge):
-            if not judge or self._next_poll is None or now >= self._next_poll:
-                # (A read only to judge a power-off keeps the poll's phase.)
-                self._next_poll = now + self.conf.poll
-            self._cycle()
-            if self._fresh:
-                self._judged_tick = self._ticks
-                self._watch.seen = self._attention()
-                self._watch.news = False
+        self._poll_if_due(now)
         if self.conf.disabled:
             return
         if self._fresh:
@@ -227,6 +219,24 @@ class Engine(poll.Poll, steps.Steps):
                              paused=self._paused_now)
         self._advance()
         self.workflows.run()
+
+    def _poll_if_due(self, now: float) -> None:
+        """Read Nova in full and plan, when the poll or a step wants it."""
+        # A plan that waited on gates (veto hooks asked on the executor)
+        # is made again as soon as they have answered.
+        answered = self.plan is not None and self.plan.answered
+        # (Not while Nova cannot be read: the hosts wait for the poll.)
+        judge = self._fresh and self._power_off_due(now)
+        if not self._full_read_due(now, answered or judge):
+            return
+        if not judge or self._next_poll is None or now >= self._next_poll:
+            # (A read only to judge a power-off keeps the poll's phase.)
+            self._next_poll = now + self.conf.poll
+        self._cycle()
+        if self._fresh:
+            self._judged_tick = self._ticks
+            self._watch.seen = self._attention()
+            self._watch.news = False
 
     def _in_hands(self, host: str) -> bool:
         """Whether a job of ours looks after our locks on ``host``'s instances.

@@ -34,7 +34,7 @@ instanceha looks for, and what a user's stop never looks like.
 import time
 
 from instanceha.engine import events
-from instanceha.engine import instance_failure as inst
+from instanceha.engine import instance_record as irec
 from tests.functional import test_heartbeat_e2e as e2e
 from tests.functional import test_recovery as rec
 
@@ -187,7 +187,7 @@ class TestInstanceFailure(rec.RecoveryTestBase):
         rec.wait_for(lambda: cloud.server(vm).status == 'ERROR',
                      rec.RECOVERY_TIMEOUT, 'error state')
         meta = cloud.client.servers.get(vm).metadata
-        self.assertIn('instances clear crashy-host1', meta[inst.ERROR_KEY])
+        self.assertIn('instances clear crashy-host1', meta[irec.ERROR_KEY])
         self.assertEqual(
             ['restart', 'relocate', 'error'],
             [c['next'] for c in eng.record.named(events.INSTANCE_CRASHED)])
@@ -208,5 +208,5 @@ class TestInstanceFailure(rec.RecoveryTestBase):
         self.assertIn('counters removed', out)
         server = cloud.client.servers.get(vm)
         self.assertEqual('SHUTOFF', server.status)
-        self.assertNotIn(inst.ERROR_KEY, server.metadata)
-        self.assertNotIn(inst.KEY, server.metadata)
+        self.assertNotIn(irec.ERROR_KEY, server.metadata)
+        self.assertNotIn(irec.KEY, server.metadata)

@@ -24,7 +24,7 @@ import testtools
 
 from instanceha.cmd import manage_instances
 from instanceha import conf as ha_conf
-from instanceha.engine import instance_failure as inst
+from instanceha.engine import instance_record as irec
 from instanceha.engine import model
 from instanceha import exceptions
 from instanceha.plugins.instance_failure import base
@@ -63,12 +63,12 @@ class TestRecord(testtools.TestCase):
 
     def test_round_trip(self):
         for nova_clock in (False, True):
-            rec = inst.Record(2, 1, inst.RELOCATING, NOW, 'req-9', 'h1',
+            rec = irec.Record(2, 1, irec.RELOCATING, NOW, 'req-9', 'h1',
                               nova_clock=nova_clock)
-            self.assertEqual(rec, inst.Record.parse(rec.render()))
+            self.assertEqual(rec, irec.Record.parse(rec.render()))
 
     def test_times_of_the_previous_version_are_taken_as_ours(self):
-        old = inst.Record.parse('restarts=1 relocations=0 state=restarting '
+        old = irec.Record.parse('restarts=1 relocations=0 state=restarting '
                                 'at=2026-11-29T12:00:00Z stop=req-1')
         self.assertFalse(old.nova_clock)
         # Our clock 300 s behind Nova's: on Nova's, 300 s later.
@@ -79,11 +79,11 @@ class TestRecord(testtools.TestCase):
         self.assertIs(new, new.on_nova_clock(100))
 
     def test_absent_and_malformed(self):
-        self.assertIsNone(inst.Record.parse(None))
-        self.assertIsNone(inst.Record.parse('restarts=many'))
+        self.assertIsNone(irec.Record.parse(None))
+        self.assertIsNone(irec.Record.parse('restarts=many'))
 
     def test_error_text_names_the_command(self):
-        text = inst.error_text('vm-1', inst.Record(1, 1), NOW)
+        text = irec.error_text('vm-1', irec.Record(1, 1), NOW)
         self.assertIn('instanceha-manage instances clear vm-1', text)
         self.assertLessEqual(len(text), 255)
 
@@ -148,7 +148,7 @@ class TestClear(testtools.TestCase):
         self.sleep = sleep
 
     def test_error_state_is_left_shutoff_by_an_operators_stop(self):
-        self.srv.metadata.update({inst.ERROR_KEY: 'x', inst.KEY: 'y'})
+        self.srv.metadata.update({irec.ERROR_KEY: 'x', irec.KEY: 'y'})
         out = manage_instances.clear(self.cloud, 'vm', sleep=self.sleep)
         self.assertIn('counters removed', out)
         self.assertEqual('SHUTOFF', self.srv.status)

@@ -24,6 +24,7 @@ import types
 import testtools
 
 from instanceha.engine import instance_failure as inst
+from instanceha.engine import instance_record as irec
 from instanceha import exceptions
 from instanceha.sim import clock as sim_clock
 from instanceha.sim import cloud as sim_cloud
@@ -68,13 +69,19 @@ class Rig(object):
         self.clock.advance_to(t)
         self.world.run_due()
 
+    def read_at(self, snapshot):
+        """What the loop's reader lists now (its own schedule aside)."""
+        return self.loop._reads.read(
+            snapshot, self.world.local(self.clock.t),
+            self.loop.conf.instance_failure.full_read_every)
+
     def read(self) -> tuple[set[str] | None, int]:
         """The ids the loop reads now, and the Nova calls it took."""
         snapshot = self.cloud.read_services()
         if self.skew_unknown:
             snapshot = dataclasses.replace(snapshot, clock_skew=None)
         before = self.cloud.api_calls
-        found = self.loop._read(snapshot, self.world.local(self.clock.t))
+        found = self.read_at(snapshot)
         calls = self.cloud.api_calls - before
         return (None if found is None else {s.id for s in found}), calls
 
@@ -215,18 +222,17 @@ class TestReads(testtools.TestCase):
             rig.at(t)
             snapshot = rig.cloud.read_services()
             before = rig.cloud.api_calls
-            found = {s.id: s for s in rig.loop._read(
-                snapshot, rig.world.local(rig.clock.t))}
+            found = {s.id: s for s in rig.read_at(snapshot)}
             reads.append((rig.cloud.api_calls - before, found.get('a')))
         poll(START)
         poll(START + POLL)
-        rig.cloud.set_server_metadata('a', inst.KEY, 'state=running')
+        rig.cloud.set_server_metadata('a', irec.KEY, 'state=running')
         poll(START + 2 * POLL)
         guests.user_delete(rig.world, 'a')
         poll(START + 3 * POLL)
         self.assertEqual([4, 1, 1, 1], [calls for calls, _ in reads])
         self.assertEqual('ACTIVE', reads[1][1].status)
-        self.assertEqual('state=running', reads[2][1].metadata[inst.KEY])
+        self.assertEqual('state=running', reads[2][1].metadata[irec.KEY])
         self.assertIsNone(reads[3][1])
         self.assertNotIn('a', rig.loop._tracked)
 
