@@ -60,6 +60,10 @@ class TestHostSideEndToEnd(e2e.HeartbeatCloudTest):
         rec.wait_for(lambda: listener.watchdog('host1').current, 60,
                      'armed announced')
         self.assertEqual(120.0, listener.watchdog('host1').deadline)
+        # host2 runs nothing protected: idle, never armed (its report may
+        # come a beat after host1's).
+        rec.wait_for(lambda: report('host2') is not None, 60,
+                     'host2 reported')
         self.assertEqual(p.WD_IDLE, report('host2').watchdog)
         self.assertEqual([], dogs['host2'].events())
 
