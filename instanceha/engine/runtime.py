@@ -194,7 +194,7 @@ class Runtime:
     # --- declaring and starting -------------------------------------------
 
     def register(self, kind: Kind) -> None:
-        for state, step in kind.steps.items():
+        for state in kind.steps:
             if state not in kind.transitions and state not in kind.final:
                 raise exceptions.InstanceHAError(
                     '%s: state %s has a step but no row' % (kind.name,
@@ -314,7 +314,8 @@ class Runtime:
     def _apply(self, rec: Record, outcome: Outcome) -> bool:
         """Apply one outcome to ``rec``; whether anything changed."""
         k = (rec.kind, rec.key)
-        for event, details in getattr(outcome, 'emit', ()):
+        emits = () if isinstance(outcome, Job) else outcome.emit
+        for event, details in emits:
             self.env.events.emit(event, rec.key, **details)
         if isinstance(outcome, Wait):
             return False
