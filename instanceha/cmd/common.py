@@ -39,6 +39,25 @@ def table(header: tuple, rows: list[tuple], right: tuple = ()) -> str:
     ).rstrip() for r in cells)
 
 
+def print_json(value) -> None:
+    """Every command's JSON output: indented, keys sorted, on stdout."""
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def json_flag(parser, what: str) -> None:
+    """The ``--json`` option of a command that prints ``what`` as JSON."""
+    parser.add_argument('--json', action='store_true',
+                        help='print %s' % what)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (counts, seconds)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def wants_json(argv: list[str]) -> bool:
     """Whether the command line asks for JSON on stdout.
 

@@ -35,6 +35,7 @@ import logging
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha.cmd import manage_fencing_power
 from instanceha.ops import manual_fencing as manual
 from instanceha.plugins.fencing import config
@@ -174,13 +175,6 @@ def exit_codes_help(codes) -> str:
     return 'Exit status: ' + '; '.join('%d %s' % c for c in codes) + '.'
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
 def add_parsers(subparsers) -> None:
     fencing = subparsers.add_parser('fencing', help='fencing devices')
     sub = fencing.add_subparsers(dest='action', required=True)
@@ -196,7 +190,7 @@ def add_parsers(subparsers) -> None:
     parser.add_argument('--file', dest='fencing_file', help='fencing file to check (default: '
                         '[fencing] config_file)')
     parser.add_argument('--parallel', dest='fencing_parallel',
-                        type=_positive, default=8,
+                        type=common.positive_int, default=8,
                         help='hosts checked at the same time (default 8)')
     parser.add_argument('--nova', dest='fencing_nova', action='store_true',
                         help='also list Nova compute hosts without an entry '

@@ -19,7 +19,6 @@ service was leader, after any restart.
 """
 
 import datetime
-import json
 import re
 
 from oslo_config import cfg
@@ -99,8 +98,7 @@ def _hosts_history(conf: cfg.ConfigOpts) -> int:
                             datetime.datetime.now(datetime.timezone.utc))
     recoveries = history.host_history(_cloud(conf), args.host, since=since)
     if args.format == 'json':
-        print(json.dumps([r.as_dict() for r in recoveries], indent=2,
-                         sort_keys=True))
+        common.print_json([r.as_dict() for r in recoveries])
     else:
         print(format_host(args.host, recoveries))
     return 0
@@ -110,8 +108,7 @@ def _instances_history(conf: cfg.ConfigOpts) -> int:
     args = conf.command
     moves = history.instance_history(_cloud(conf), args.server)
     if args.format == 'json':
-        print(json.dumps([m.as_dict() for m in moves], indent=2,
-                         sort_keys=True))
+        common.print_json([m.as_dict() for m in moves])
     else:
         print(format_instance(args.server, moves))
     return 0

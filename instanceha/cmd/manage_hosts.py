@@ -22,7 +22,6 @@ marks it ``waiting_up``: the running service enables it as soon as Nova
 reports it up (``--enable`` enables it at once instead).
 """
 
-import json
 
 from oslo_config import cfg
 
@@ -89,7 +88,7 @@ def _list(conf: cfg.ConfigOpts) -> int:
     rows = [describe(s) for s in sorted(snapshot.services,
                                         key=lambda s: s.host)]
     if conf.command.json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
+        common.print_json(rows)
         return 0
     header = ('HOST', 'STATUS', 'STATE', 'FORCED', 'INSTANCEHA', 'SINCE',
               'NOTE')
@@ -154,8 +153,7 @@ def add_parsers(subparsers) -> None:
     sub = hosts.add_subparsers(dest='action', required=True)
     lst = sub.add_parser('list', help='every compute host with the state '
                          'instanceha recorded in Nova')
-    lst.add_argument('--json', action='store_true',
-                     help='print a JSON array with one object per host')
+    common.json_flag(lst, 'a JSON array with one object per host')
     lst.set_defaults(func=_list)
     clr = sub.add_parser('clear', help='hand a failed, left_disabled or '
                          'waiting_up host back after fixing it')

@@ -21,7 +21,6 @@ SHUTOFF by the operator's own stop, which instanceha never undoes
 (``--start`` starts it as well).
 """
 
-import json
 import time
 
 from oslo_config import cfg
@@ -59,7 +58,7 @@ def _list(conf: cfg.ConfigOpts) -> int:
         _cloud(conf).snapshot().servers, key=lambda s: (s.name, s.id)))
         if r]
     if conf.command.json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
+        common.print_json(rows)
         return 0
     print(common.table(
         ('SERVER', 'ID', 'HOST', 'STATUS', 'RESTARTS', 'RELOCATIONS', 'STEP',
@@ -133,8 +132,7 @@ def add_parsers(subparsers) -> None:
     sub = parser.add_subparsers(dest='action', required=True)
     lst = sub.add_parser('list', help='instances with instanceha counters '
                          'or in its error state')
-    lst.add_argument('--json', action='store_true',
-                     help='print a JSON array with one object per instance')
+    common.json_flag(lst, 'a JSON array with one object per instance')
     lst.set_defaults(func=_list)
     clr = sub.add_parser('clear', help='take an instance out of the error '
                          'state after fixing why it kept crashing')

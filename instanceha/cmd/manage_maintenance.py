@@ -19,11 +19,11 @@ is left; ``end HOST [--return]`` enables it and optionally brings the
 instances home. See :mod:`instanceha.ops.maintenance`.
 """
 
-import json
 import sys
 
 from oslo_config import cfg
 
+from instanceha.cmd import common
 from instanceha.ops import maintenance
 
 
@@ -68,7 +68,7 @@ def _start(conf: cfg.ConfigOpts) -> int:
 def _status(conf: cfg.ConfigOpts) -> int:
     row = _maint(conf).status(conf.command.host)
     if conf.command.json:
-        print(json.dumps(row, indent=2, sort_keys=True))
+        common.print_json(row)
         return 0
     if row['maintenance']:
         print('host %s: in maintenance since %s%s' % (
@@ -100,22 +100,15 @@ def _end(conf: cfg.ConfigOpts) -> int:
         concurrency=c.concurrency))
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
 def _waiting(parser) -> None:
     parser.add_argument('--wait', action='store_true',
                         help='follow every migration to its end and exit '
                              '1 if any failed (without it the requests '
                              'are sent and Nova queues them)')
-    parser.add_argument('--timeout', type=_positive, default=600,
+    parser.add_argument('--timeout', type=common.positive_int, default=600,
                         help='seconds to follow one migration (with '
                              '--wait; default 600)')
-    parser.add_argument('--concurrency', type=_positive, default=2,
+    parser.add_argument('--concurrency', type=common.positive_int, default=2,
                         help='migrations followed at once (with --wait; '
                              'default 2)')
 
@@ -141,8 +134,7 @@ def add_parsers(subparsers) -> None:
     status = sub.add_parser('status', help='maintenance state of HOST, '
                             'instances left and away')
     status.add_argument('host', help='compute host name as Nova lists it')
-    status.add_argument('--json', action='store_true',
-                        help='print one JSON object')
+    common.json_flag(status, 'one JSON object')
     status.set_defaults(func=_status)
     end = sub.add_parser('end', help='enable HOST again')
     end.add_argument('host', help='compute host name as Nova lists it')

@@ -280,14 +280,24 @@ class Agent:
                     break
         return out
 
-    def _listen(self, wait: float) -> None:
-        """Take the answers arriving within ``wait`` seconds."""
+    def _decoded(self, wait: float, level: int):
+        """The signed replies arriving within ``wait`` seconds.
+
+        Yields ``(reply, sender)``; a datagram that is not a valid reply
+        is logged at ``level`` (quiet while only heartbeating, a warning
+        while an announcement waits for its answer) and skipped.
+        """
         for data, sender in self._read(wait):
             try:
                 rep = protocol.decode(data, self.keyring.keys, replies=True)
             except protocol.Rejected as exc:
-                LOG.debug('ignored a datagram from %s: %s', sender[0], exc)
+                LOG.log(level, 'ignored a reply from %s: %s', sender[0], exc)
                 continue
+            yield rep, sender
+
+    def _listen(self, wait: float) -> None:
+        """Take the answers arriving within ``wait`` seconds."""
+        for rep, sender in self._decoded(wait, logging.DEBUG):
             if rep.reply != protocol.ANSWER:
                 continue  # a late reply to an announcement
             self._answer(rep, sender)
@@ -346,12 +356,7 @@ class Agent:
         one of the sequences sent, counts.
         """
         answers = []
-        for data, sender in self._read(wait):
-            try:
-                rep = protocol.decode(data, self.keyring.keys, replies=True)
-            except protocol.Rejected as exc:
-                LOG.warning('ignored a reply from %s: %s', sender[0], exc)
-                continue
+        for rep, sender in self._decoded(wait, logging.WARNING):
             if rep.reply == protocol.ANSWER:
                 self._answer(rep, sender)
                 continue
