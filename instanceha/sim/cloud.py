@@ -347,17 +347,19 @@ class SimCloud(ports.CloudPort):
 
     def live_migrate(self, server_id: str, host: str | None = None
                      ) -> str | None:
-        self._call()
-        return self._faults(
-            'live_migrate', 'live-migrate server %s' % server_id,
-            lambda: moves.live_migrate(self.world, server_id, host))
+        return self._move('live', moves.live_migrate, server_id, host)
 
     def cold_migrate(self, server_id: str, host: str | None = None
                      ) -> str | None:
+        return self._move('cold', moves.cold_migrate, server_id, host)
+
+    def _move(self, kind: str, move: Callable, server_id: str,
+              host: str | None) -> str | None:
+        """One planned move (``kind``: live or cold), as Nova answers it."""
         self._call()
         return self._faults(
-            'cold_migrate', 'cold-migrate server %s' % server_id,
-            lambda: moves.cold_migrate(self.world, server_id, host))
+            kind + '_migrate', '%s-migrate server %s' % (kind, server_id),
+            lambda: move(self.world, server_id, host))
 
     def confirm_resize(self, server_id: str) -> None:
         self._call()

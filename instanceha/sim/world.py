@@ -335,12 +335,17 @@ class World:
 
     # --- lookups -------------------------------------------------------
 
-    def host(self, name: str) -> Host:
+    @staticmethod
+    def _named(table: dict, name: str, what: str):
+        """``table[name]``, or an error listing the names there are."""
         try:
-            return self.hosts[name]
+            return table[name]
         except KeyError:
-            raise ScenarioError('unknown host %r; hosts: %s'
-                                % (name, ', '.join(sorted(self.hosts))))
+            raise ScenarioError('unknown %s %r; %ss: %s' % (
+                what, name, what, ', '.join(sorted(table))))
+
+    def host(self, name: str) -> Host:
+        return self._named(self.hosts, name, 'host')
 
     def server(self, name_or_id: str) -> Server:
         srv = self.servers.get(name_or_id)
@@ -352,11 +357,7 @@ class World:
         return srv
 
     def device(self, name: str) -> Device:
-        try:
-            return self.devices[name]
-        except KeyError:
-            raise ScenarioError('unknown fencing device %r; devices: %s'
-                                % (name, ', '.join(sorted(self.devices))))
+        return self._named(self.devices, name, 'fencing device')
 
     def add_host(self, h: Host) -> None:
         """Add a compute host, with its BMC (a device named after it)."""
