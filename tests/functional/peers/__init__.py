@@ -17,6 +17,7 @@ nova or keystone: the heavy parts run in helper subprocesses.
 """
 
 from tests.functional.peers.base import PeerError  # noqa: F401
+from tests.functional.peers.fault_proxy import FaultProxy  # noqa: F401
 from tests.functional.peers.ipmi_peer import IpmiBmcPeer  # noqa: F401
 from tests.functional.peers.keystone_peer import KeystonePeer  # noqa: F401
 from tests.functional.peers.libvirt_peer import LibvirtPeer  # noqa: F401
