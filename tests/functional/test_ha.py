@@ -63,7 +63,7 @@ def wait_for(predicate, timeout, what):
 class Copy:
     """One instanceha-service process with its own health port."""
 
-    def __init__(self, test, cloud, name):
+    def __init__(self, test, cloud, name, extra_config=()):
         self.name = name
         self.port = peer_base.free_port()
         extra = os.path.join(cloud.dir, '%s.conf' % name)
@@ -72,7 +72,8 @@ class Copy:
                     '[health]\nlisten = 127.0.0.1\nport = %d\n'
                     % (name, self.port))
         self.log_path = os.path.join(cloud.dir, '%s.log' % name)
-        self.proc = test_recovery.start_service(test, cloud, name, [extra])
+        self.proc = test_recovery.start_service(
+            test, cloud, name, [extra] + list(extra_config))
 
     def get(self, path):
         url = 'http://127.0.0.1:%d%s' % (self.port, path)

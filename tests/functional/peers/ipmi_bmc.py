@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
@@ -40,7 +41,10 @@ import _helper_common as common  # noqa: E402
 
 import pyghmi.ipmi.bmc as bmc  # noqa: E402
 
-MODES = ('ok', 'stuck', 'error', 'silent')
+#: ok; stuck: power commands accepted and ignored; error: refused;
+#: silent: no answer; lying: power commands obeyed, but the power state
+#: is always reported "on" (a BMC that cannot be believed).
+MODES = ('ok', 'stuck', 'error', 'silent', 'lying')
 #: IPMI completion code "command cannot execute in present state".
 CANNOT_EXECUTE = 0xd5
 
@@ -61,6 +65,9 @@ class HostBmc(bmc.Bmc):
         self.hook = hook
         self.lock = lock
         self.bootdevice = 'default'
+        #: Every real power change: [wall-clock time, 'on'/'off'] (the
+        #: physical truth a soak run audits against).
+        self.history = [[time.time(), power]]
 
     # -- misbehaviour -----------------------------------------------------
 
@@ -78,7 +85,7 @@ class HostBmc(bmc.Bmc):
 
     def get_power_state(self):
         with self.lock:
-            return self.power
+            return 'on' if self.mode == 'lying' else self.power
 
     def _set_power(self, state):
         with self.lock:
@@ -91,6 +98,8 @@ class HostBmc(bmc.Bmc):
                 return 0
             changed = self.power != state
             self.power = state
+            if changed:
+                self.history.append([time.time(), state])
         log('%s: power %s%s', self.host, state, '' if changed else
             ' (already)')
         if changed and self.hook:
@@ -130,7 +139,8 @@ class HostBmc(bmc.Bmc):
 
 def control_app(bmcs, lock):
     def describe():
-        return {h: {'port': b.port, 'power': b.power, 'mode': b.mode}
+        return {h: {'port': b.port, 'power': b.power, 'mode': b.mode,
+                    'history': list(b.history)}
                 for h, b in bmcs.items()}
 
     def get(parts, body):
@@ -154,6 +164,8 @@ def control_app(bmcs, lock):
         if state not in ('on', 'off'):
             return 400, {'error': 'power must be on or off'}
         with lock:
+            if b.power != state:
+                b.history.append([time.time(), state])
             b.power = state
         return 200, describe()[b.host]
 

@@ -129,8 +129,12 @@ class IpmiBmcPeer(base.Peer):
     def power_state(self, host):
         return self.bmcs()[host]['power']
 
+    def power_history(self, host):
+        """[(wall-clock time, 'on'/'off'), ...]: every real power change."""
+        return [tuple(e) for e in self.bmcs()[host]['history']]
+
     def set_mode(self, host, mode):
-        """Make host's BMC 'ok', 'stuck', 'error' or 'silent'."""
+        """Make host's BMC 'ok', 'stuck', 'error', 'silent' or 'lying'."""
         return self._control('POST', '/bmcs/%s/mode' % host, {'mode': mode})
 
     def set_power(self, host, power):
