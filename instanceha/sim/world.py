@@ -749,8 +749,10 @@ class World:
                              'failure' % (srv.name, source.name))
                 break
         now = self.clock.t
+        # Nova records the host asked for as the record's destination in
+        # the call itself (dest_compute): a "No valid host" on it keeps it.
         mig = Migration(id=str(next(self._mig_ids)), server_id=srv.id,
-                        source_host=source.name, dest_host=None,
+                        source_host=source.name, dest_host=host,
                         status='accepted', created_at=now, updated_at=now,
                         episode=source.episode, requested_dest=host,
                         visible_at=now + self.migration_delay)

@@ -172,8 +172,9 @@ class TestSimCloud(testtools.TestCase):
 
     def test_a_requested_host_is_validated_never_forced(self):
         # Like Nova 2.94's scheduler: a named destination without room,
-        # disabled or down is refused (migration error), never forced; an
-        # unknown one is a 404 and the server's own host a 400.
+        # disabled or down is refused (migration error, the host asked
+        # for kept as its destination, as Nova's dest_compute), never
+        # forced; an unknown one is a 404 and the server's own host a 400.
         def refused(setup):
             w = small_world()
             cloud = sim_cloud.SimCloud(w)
@@ -196,7 +197,7 @@ class TestSimCloud(testtools.TestCase):
             w.hosts['h2'].forced_down = True
 
         for setup in (full, disabled, down):
-            self.assertEqual(('error', None, 'h1'), refused(setup),
+            self.assertEqual(('error', 'h2', 'h1'), refused(setup),
                              setup.__name__)
         self.assertEqual(('pre-migrating', 'h2', 'h1'),
                          refused(lambda w: None))
