@@ -152,12 +152,15 @@ class EvacuationJob:
                                               snapshot, listing)
 
     def _classify(self, env, records, *, gave_up: tuple[str, ...] = (),
-                  stopped: bool = False) -> None:
+                  stopped: bool = False,
+                  snapshot: model.Snapshot | None = None) -> None:
         """Build the task list (see :func:`migration_records.classify`)."""
         self._recorded = (tuple(sorted(set(gave_up))), stopped)
+        now = env.clock.now()
         self.tasks = records_mod.classify(
             env, self.host, self._servers, records, self.strategy,
-            self.spare, gave_up=frozenset(gave_up), stopped=stopped)
+            self.spare, gave_up=frozenset(gave_up), stopped=stopped,
+            nova_now=snapshot.nova_now(now) if snapshot else now)
         self._classified = True
         for task in self.tasks.values():
             task.on_change = self._publish
@@ -268,8 +271,8 @@ class EvacuationJob:
         if not self._classified:
             if not self.new_failure:
                 records = self._records(env, ctx.snapshot, ctx.listing)
-            self._classify(env, records or {},
-                           gave_up=ctx.gave_up, stopped=ctx.stopped)
+            self._classify(env, records or {}, gave_up=ctx.gave_up,
+                           stopped=ctx.stopped, snapshot=ctx.snapshot)
             if self.strategy.tracks:
                 # Rebuilds found running (a resumed job) count against the
                 # cap the budget was computed without.

@@ -202,12 +202,36 @@ def _settle(env: ports.Environment, host: str, srv: model.Server,
     return True
 
 
+def _back_off(env: ports.Environment, task: tasks_mod.InstanceTask,
+              recs: list[model.Migration], policy: tasks_mod.Policy,
+              nova_now) -> None:
+    """A resumed retry waits out what is left of its back-off.
+
+    A copy that saw an attempt fail waits ``retry_delay`` before the
+    next; a copy that resumes the evacuation re-derives that wait from
+    the failed record's last update, on Nova's clock (``nova_now``:
+    Nova's time now), so that a restart does not cut it short.
+    """
+    if (nova_now is None or task.state is not tasks_mod.TaskState.PENDING
+            or not recs):
+        return
+    last = recs[0]
+    if (last.status in MIGRATION_RUNNING | MIGRATION_DONE
+            or last.updated_at is None):
+        return
+    left = (policy.retry_delay(task.attempts)
+            - (nova_now - last.updated_at).total_seconds())
+    if left > 0:
+        task.not_before = env.clock.monotonic() + left
+
+
 def classify(env: ports.Environment, host: str,
              servers: list[model.Server],
              records: dict[str, list[model.Migration]],
              policy: tasks_mod.Policy, target: str | None, *,
              gave_up: frozenset[str] = frozenset(),
-             stopped: bool = False) -> dict[str, tasks_mod.InstanceTask]:
+             stopped: bool = False,
+             nova_now=None) -> dict[str, tasks_mod.InstanceTask]:
     """The task list of ``host``'s evacuation, from servers and records.
 
     Run once, also when resuming after a restart: an instance with a
@@ -218,6 +242,7 @@ def classify(env: ports.Environment, host: str,
     its instances are to be rebuilt on, or None): what a rebuild found
     running is taken to have asked for; the first call's own target is
     decided when it is made (:func:`instanceha.engine.placement.decide`).
+    ``nova_now``: Nova's time now, to resume a retry's back-off.
     """
     tasks: dict[str, tasks_mod.InstanceTask] = {}
     for srv in servers:
@@ -232,6 +257,7 @@ def classify(env: ports.Environment, host: str,
         task = _task_of(srv, host, recs, seen, policy)
         task.target = target
         if _settle(env, host, srv, task, recs, policy, gave_up, stopped):
+            _back_off(env, task, recs, policy, nova_now)
             tasks[srv.id] = task
     for server_id in sorted(set(records) - set(tasks)):
         # Left the host already (rebuilt elsewhere) before a restart:

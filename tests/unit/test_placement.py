@@ -387,15 +387,27 @@ class TestJobAsksTheStrategy(testtools.TestCase):
         # Before a restart, vm1's rebuild failed twice on the spare h2
         # (more than same_target_retries = 1): Nova's records say so, and
         # the resumed job asks another host for it; vm2 still goes to
-        # the spare.
-        for n in (1, 2):
-            self.world.migrations.append(sim_world.Migration(
-                id='old%d' % n, server_id='vm1', source_host='h1',
-                dest_host='h2', status='error', created_at=0.0,
-                updated_at=0.0))
+        # the spare. (The second failure was a minute ago: its back-off
+        # is over.)
+        self._failed_twice(at=-60.0)
         strategy = smart.SmartEvacuation(self.conf)
         self.assertEqual({'vm1': 'h3', 'vm2': 'h2'},
                          self.step(strategy, spare='h2'))
+
+    def _failed_twice(self, at: float) -> None:
+        for n in (1, 2):
+            self.world.migrations.append(sim_world.Migration(
+                id='old%d' % n, server_id='vm1', source_host='h1',
+                dest_host='h2', status='error', created_at=at,
+                updated_at=at))
+
+    def test_a_resumed_retry_waits_out_its_back_off(self):
+        # The second failure just happened (Nova's clock): a copy that
+        # never stopped would wait retry_delay(2) before the third
+        # attempt, and so does the resumed job.
+        self._failed_twice(at=0.0)
+        strategy = smart.SmartEvacuation(self.conf)
+        self.assertEqual({'vm2': 'h2'}, self.step(strategy, spare='h2'))
 
     def test_the_chosen_host_is_requested_from_nova(self):
         told = _Told(self.conf, 'h3')
