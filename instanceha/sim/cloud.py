@@ -171,8 +171,13 @@ class SimCloud(ports.CloudPort):
 
     def evacuate(self, server_id: str, *, host: str | None = None) -> None:
         self._call()
-        self._faults('evacuate', 'evacuate %s' % server_id,
-                     lambda: self.world.api_evacuate(server_id, host))
+        w = self.world
+
+        def call():
+            w.api_evacuate(server_id, host)
+            # Nova records the action in the call itself.
+            moves.record_action(w, w.servers[server_id], 'evacuate')
+        self._faults('evacuate', 'evacuate %s' % server_id, call)
 
     def host_vcpus(self) -> dict[str, model.HostVcpus]:
         """What placement would say: each host's vCPUs and their use.
@@ -280,7 +285,7 @@ class SimCloud(ports.CloudPort):
         srv.status = 'SHUTOFF'
         srv.running_on.clear()
         w._changed(srv)
-        moves._record(w, srv, 'stop')
+        moves.record_action(w, srv, 'stop')
 
     def start_server(self, server_id: str) -> None:
         self._call()

@@ -74,7 +74,7 @@ def _power_sync(world, srv) -> None:
         return
     srv.status = 'SHUTOFF'
     world._changed(srv)
-    moves._record(world, srv, 'stop', user_id=None)
+    moves.record_action(world, srv, 'stop', user_id=None)
     world.say('nova', 'power_synced', srv.host, server=srv.name,
               status='SHUTOFF')
 
@@ -92,7 +92,7 @@ def user_power(world, name: str, on: bool) -> None:
     srv.status = 'SHUTOFF'
     srv.running_on.clear()
     world._changed(srv)
-    moves._record(world, srv, 'stop', user_id=USER)
+    moves.record_action(world, srv, 'stop', user_id=USER)
 
 
 def user_delete(world, name: str) -> None:
@@ -104,7 +104,7 @@ def user_delete(world, name: str) -> None:
     if srv.task_state:
         raise exceptions.ConfigurationError(
             'delete-instance %s: it is %s' % (srv.name, srv.task_state))
-    moves._record(world, srv, 'delete', user_id=USER)
+    moves.record_action(world, srv, 'delete', user_id=USER)
     if srv.host is not None:
         world.use(srv.host, -world.flavors[srv.flavor].vcpus)
     srv.running_on.clear()
@@ -136,7 +136,7 @@ def _start(world, srv, user: str) -> None:
         raise exceptions.CloudError(
             '%s: Compute service of %s is unavailable at this time. '
             '(HTTP 409)' % (what, srv.host), status=409)
-    act = moves._record(world, srv, 'start', user_id=user)
+    act = moves.record_action(world, srv, 'start', user_id=user)
     srv.task_state = 'powering-on'
     world._changed(srv)
     world.at(world.clock.t + world.timing.start_time,

@@ -56,8 +56,8 @@ def _refuse(what: str, text: str, status: int) -> exceptions.CloudError:
                                  status=status)
 
 
-def _record(world: 'sim_world.World', srv: 'sim_world.Server',
-            action: str, user_id: str | None = 'admin') -> Action:
+def record_action(world: 'sim_world.World', srv: 'sim_world.Server',
+                  action: str, user_id: str | None = 'admin') -> Action:
     actions = world.instance_actions.setdefault(srv.id, [])
     act = Action('req-sim-%s-%d' % (srv.name, len(actions) + 1), action,
                  user_id=user_id, start_time=world.clock.t)
@@ -100,7 +100,7 @@ def _start(world: 'sim_world.World', srv: 'sim_world.Server',
         created_at=now, updated_at=now, episode=source.episode,
         requested_dest=host, kind=kind)
     world.migrations.append(mig)
-    act = _record(world, srv, action)
+    act = record_action(world, srv, action)
     srv.task_state = task
     world._changed(srv)
     return mig, act
@@ -235,7 +235,7 @@ def confirm_resize(world: 'sim_world.World', server_id: str) -> None:
                and m.status == 'finished')
     cold = next(a for a in reversed(world.instance_actions[srv.id])
                 if a.action == 'migrate')
-    _record(world, srv, 'confirmResize')
+    record_action(world, srv, 'confirmResize')
     mig.status = 'confirmed'
     mig.updated_at = world.clock.t
     world.use(mig.source_host, -world.flavors[srv.flavor].vcpus)
