@@ -139,6 +139,11 @@ class EvacuationJob:
                  listing: records_mod.SharedListing | None = None
                  ) -> dict[str, list[model.Migration]]:
         """This host's evacuation records since it was fenced."""
+        return records_mod.evacuation_records(
+            env.cloud, self.host, self._since(snapshot), snapshot, listing)
+
+    def _since(self, snapshot: model.Snapshot | None):
+        """:attr:`since` on our clock now."""
         ours = self.since
         if snapshot is not None and ours is not None:
             skew = snapshot.clock_skew or 0.0
@@ -148,19 +153,21 @@ class EvacuationJob:
             # it (an NTP step, a skew that changed): move it by the change,
             # so that it names the same moment of Nova's clock.
             ours += datetime.timedelta(seconds=skew - self.since_skew)
-        return records_mod.evacuation_records(env.cloud, self.host, ours,
-                                              snapshot, listing)
+        return ours
 
     def _classify(self, env, records, *, gave_up: tuple[str, ...] = (),
                   stopped: bool = False,
                   snapshot: model.Snapshot | None = None) -> None:
         """Build the task list (see :func:`migration_records.classify`)."""
         self._recorded = (tuple(sorted(set(gave_up))), stopped)
-        now = env.clock.now()
+        now, since = env.clock.now(), self._since(snapshot)
+        if snapshot is not None:  # both on Nova's clock
+            now, since = snapshot.nova_now(now), since and snapshot.nova_now(
+                since)
         self.tasks = records_mod.classify(
             env, self.host, self._servers, records, self.strategy,
             self.spare, gave_up=frozenset(gave_up), stopped=stopped,
-            nova_now=snapshot.nova_now(now) if snapshot else now)
+            nova_now=now, tried_since=None if self.new_failure else since)
         self._classified = True
         for task in self.tasks.values():
             task.on_change = self._publish

@@ -21,6 +21,7 @@ twice. Listed once per tick for every host being evacuated
 """
 
 from collections.abc import Callable
+import functools
 import threading
 
 from instanceha.engine import evacuation_tasks as tasks_mod
@@ -125,8 +126,34 @@ def _live(recs: list[model.Migration]) -> list[model.Migration]:
         r for r in recs if r.status in MIGRATION_DONE]
 
 
+def _status_before(srv: model.Server, recs: list[model.Migration],
+                   was: str | None,
+                   attempted: Callable[[model.Server], bool] | None
+                   ) -> str | None:
+    """The status ``srv`` had before this failure's first evacuation.
+
+    What our lock reason recorded (``was``) if it holds one; else its
+    status now, unless an attempt of this failure may have changed it:
+    a failed rebuild leaves ERROR behind, so after a failed record, or
+    an ``evacuate`` action of this failure that Nova does not list a
+    record of yet (``attempted``), nothing is known (None: nothing to
+    restore). An instance whose status had to be restored (ERROR,
+    SHUTOFF) carries our lock from before its first attempt, with that
+    status in its reason.
+    """
+    if was:
+        return was
+    if srv.status not in model.EVACUABLE_STATUSES or any(
+            r.status not in MIGRATION_RUNNING | MIGRATION_DONE for r in recs):
+        return None
+    if srv.status == 'ERROR' and attempted is not None and attempted(srv):
+        return None
+    return srv.status
+
+
 def _task_of(srv: model.Server, host: str, recs: list[model.Migration],
-             seen: list[model.Migration], policy: tasks_mod.Policy
+             seen: list[model.Migration], policy: tasks_mod.Policy,
+             attempted: Callable[[model.Server], bool] | None = None
              ) -> tasks_mod.InstanceTask:
     """``srv``'s task as its records and its lock say, still pending."""
     mine = reasons.of_lock(srv).lock_for(host)
@@ -137,10 +164,7 @@ def _task_of(srv: model.Server, host: str, recs: list[model.Migration],
         ours = bool(recs)
     task = tasks_mod.InstanceTask(
         server_id=srv.id, name=srv.name,
-        original_status=was or (srv.status if (
-            srv.status in model.EVACUABLE_STATUSES and not any(
-                r.status not in MIGRATION_RUNNING | MIGRATION_DONE
-                for r in recs)) else None),
+        original_status=_status_before(srv, recs, was, attempted),
         priority=policy.priority(srv),
         attempts=len(recs),
         # Every record listed now is known: the next attempt's
@@ -230,8 +254,8 @@ def classify(env: ports.Environment, host: str,
              records: dict[str, list[model.Migration]],
              policy: tasks_mod.Policy, target: str | None, *,
              gave_up: frozenset[str] = frozenset(),
-             stopped: bool = False,
-             nova_now=None) -> dict[str, tasks_mod.InstanceTask]:
+             stopped: bool = False, nova_now=None,
+             tried_since=None) -> dict[str, tasks_mod.InstanceTask]:
     """The task list of ``host``'s evacuation, from servers and records.
 
     Run once, also when resuming after a restart: an instance with a
@@ -242,9 +266,14 @@ def classify(env: ports.Environment, host: str,
     its instances are to be rebuilt on, or None): what a rebuild found
     running is taken to have asked for; the first call's own target is
     decided when it is made (:func:`instanceha.engine.placement.decide`).
-    ``nova_now``: Nova's time now, to resume a retry's back-off.
+    ``nova_now``: Nova's time now, to resume a retry's back-off;
+    ``tried_since``: when an evacuation of this failure may have been
+    asked for first, on Nova's clock (None: none can have been, the
+    failure is one this copy fenced itself).
     """
     tasks: dict[str, tasks_mod.InstanceTask] = {}
+    attempted = tried_since and functools.partial(
+        evacuated_since, env.cloud, since=tried_since)
     for srv in servers:
         recs = seen = records.get(srv.id, [])
         if srv.host == host and not srv.task_state:
@@ -254,7 +283,7 @@ def classify(env: ports.Environment, host: str,
             # this one) and the server came back since: history, not
             # an evacuation of this failure.
             recs = [r for r in recs if r.status not in MIGRATION_DONE]
-        task = _task_of(srv, host, recs, seen, policy)
+        task = _task_of(srv, host, recs, seen, policy, attempted)
         task.target = target
         if _settle(env, host, srv, task, recs, policy, gave_up, stopped):
             _back_off(env, task, recs, policy, nova_now)
@@ -273,6 +302,24 @@ def classify(env: ports.Environment, host: str,
             accepted=True, locked_by_us=True,
             started=env.clock.monotonic(), verify_lock=True)
     return tasks
+
+
+def evacuated_since(cloud: ports.CloudPort, server: model.Server,
+                    since) -> bool:
+    """Whether Nova recorded an evacuation of ``server`` since ``since``.
+
+    Nova records the ``evacuate`` instance action in the call itself, so
+    it shows an attempt whose migration record is not listed yet.
+    ``since`` on Nova's clock. A server deleted meanwhile: False.
+    """
+    try:
+        actions = cloud.server_actions(server.id)
+    except exceptions.CloudError as exc:
+        if getattr(exc, 'status', None) == 404:
+            return False
+        raise
+    return any(a.action == 'evacuate' and a.start_time is not None
+               and a.start_time >= since for a in actions)
 
 
 def own_records(cloud: ports.CloudPort, task: tasks_mod.InstanceTask,
