@@ -683,11 +683,18 @@ class World:
 
     def device_request(self, name: str, state: str,
                        remaining: float) -> None:
-        """Ask a device for ``state``; it gets there after a delay."""
+        """Ask a device for ``state``; it gets there after a delay.
+
+        Who asks is judged when the request leaves the service: this
+        world's coordination backend ends every lease the moment it fails
+        (a real one's lease runs on, and the engine bounds each device
+        operation by it), so a request a leader sent just before would be
+        judged against nobody's leadership when it reaches the device.
+        """
         dev = self.device(name)
-        self._fault(dev, remaining)
         host = dev.host
         self.check_actor('power %s' % state, host)
+        self._fault(dev, remaining)
         if state == 'off':
             self.check_gate('fence', host)
         self.say('bmc', 'power_%s' % state, host, device=name)
