@@ -77,7 +77,11 @@ def server(raw: dict) -> model.Server:
         flavor=model.Flavor(
             name=flavor.get('original_name') or flavor.get('id') or '',
             extra_specs=dict(flavor.get('extra_specs') or {}),
-            vcpus=_int_or_none(flavor.get('vcpus'))),
+            vcpus=_int_or_none(flavor.get('vcpus')),
+            ram_mb=_int_or_none(flavor.get('ram')),
+            disk_gb=_int_or_none(flavor.get('disk')),
+            ephemeral_gb=_int_or_none(flavor.get('ephemeral')),
+            swap_mb=_int_or_none(flavor.get('swap') or 0)),
         image_id=image.get('id') if isinstance(image, dict) else None,
         task_state=raw.get('OS-EXT-STS:task_state'),
         metadata=dict(raw.get('metadata') or {}),

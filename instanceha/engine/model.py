@@ -82,6 +82,12 @@ class Flavor:
     #: Virtual CPUs the flavor asks for (None: Nova did not say); what a
     #: placement strategy counts a host's room in.
     vcpus: int | None = None
+    #: Memory, root disk, ephemeral disk (GiB) and swap (MiB) it asks for
+    #: (None: Nova did not say); what the failover capacity counts.
+    ram_mb: int | None = None
+    disk_gb: int | None = None
+    ephemeral_gb: int | None = None
+    swap_mb: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +137,44 @@ class HostVcpus:
     @property
     def free(self) -> int:
         return self.capacity - self.used
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    """One resource class of a host, as Placement counts it.
+
+    ``capacity`` is what may be allocated: (total - reserved) times the
+    allocation ratio, rounded down as Placement does.
+    """
+
+    capacity: int
+    used: int
+    #: The most one allocation may take (None: no limit said).
+    max_unit: int | None = None
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+
+@dataclasses.dataclass(frozen=True)
+class HostResources:
+    """A compute host's resources as the cloud's Placement reports them.
+
+    ``resources`` maps a resource class (``VCPU``, ``MEMORY_MB``,
+    ``DISK_GB``) to its :class:`Inventory`; a class the host has no
+    inventory of is absent.
+    """
+
+    host: str
+    resources: Mapping[str, Inventory]
+
+    def vcpus(self) -> HostVcpus | None:
+        """Its vCPUs as a placement strategy counts them (None: none)."""
+        found = self.resources.get('VCPU')
+        if found is None:
+            return None
+        return HostVcpus(capacity=found.capacity, used=found.used)
 
 
 @dataclasses.dataclass(frozen=True)
