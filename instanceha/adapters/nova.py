@@ -65,6 +65,7 @@ from novaclient import exceptions as nova_exc
 from oslo_config import cfg
 
 from instanceha.adapters import nova_answers as answers
+from instanceha.adapters import placement
 from instanceha.engine import guard
 from instanceha.engine import model
 from instanceha.engine import ports
@@ -76,6 +77,9 @@ LOG = logging.getLogger(__name__)
 MICROVERSION = '2.94'
 #: Last microversion with Nova's image proxy (removed in 2.36).
 IMAGE_PROXY_MICROVERSION = '2.35'
+#: Hypervisors listed at 2.87: from 2.88 the listing asks every compute
+#: host for its uptime (one RPC each); 2.53+ names a node by its uuid.
+NODES_MICROVERSION = '2.87'
 
 
 def _bound_by_lease(http) -> None:
@@ -194,6 +198,10 @@ class NovaCloud(ports.CloudPort):
         #: The same at 2.35, for Nova's image proxy (gone in 2.36).
         self.image_proxy = self._client(IMAGE_PROXY_MICROVERSION).client
         self._image_source: str | None = None
+        self._nodes_client = None
+        #: Placement, read through the same session.
+        self.placement = placement.PlacementReader(
+            self.session, conf, self.compute_nodes)
 
     def _client(self, version: str):
         """A novaclient client on our session with the [nova] options."""
@@ -579,12 +587,36 @@ class NovaCloud(ports.CloudPort):
         ``error`` ("No valid host"); an unknown host is refused at once
         (404), the server's own host too (400).
 
-        (``host_vcpus`` is not implemented here: room lives in Nova's
-        placement service, which this module does not read yet; a
-        placement strategy then sees the load of the instances listed.)
+        (The hosts' room, ``host_resources``, is read from Placement by
+        :mod:`instanceha.adapters.placement`.)
         """
         self._call('evacuate server %s' % server_id,
                    self.nova.servers.evacuate, server_id, host=host)
+
+    def compute_nodes(self) -> dict[str, str | None]:
+        """Host -> the uuid of its compute node (its resource provider).
+
+        One listing per ``page_size`` hypervisors (compute API 2.53 and
+        later name a node by its uuid, which Placement's provider of it
+        shares). A host with several nodes maps to None: its room cannot
+        be told apart.
+        """
+        if self._nodes_client is None:
+            self._nodes_client = self._client(NODES_MICROVERSION).client
+        raw = self._pages('list hypervisors', '/os-hypervisors/detail',
+                          'hypervisors', 'hypervisors_links', {},
+                          client=self._nodes_client,
+                          microversion=NODES_MICROVERSION)
+        found: dict[str, str | None] = {}
+        for node in raw:
+            host = (node.get('service') or {}).get('host')
+            if host:
+                found[host] = None if host in found else str(node['id'])
+        return found
+
+    def host_resources(self) -> dict[str, model.HostResources]:
+        """The hosts' room from Placement, cached (see adapters/placement)."""
+        return self.placement.read()
 
     def get_server(self, server_id: str) -> model.Server:
         found = self._call('get server %s' % server_id,

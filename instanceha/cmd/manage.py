@@ -28,6 +28,7 @@ from instanceha.cmd import common
 PROG = 'instanceha-manage'
 
 COMMAND_MODULES = [
+    'instanceha.cmd.manage_capacity',
     'instanceha.cmd.manage_config',
     'instanceha.cmd.manage_fencing',
     'instanceha.cmd.manage_heartbeat',

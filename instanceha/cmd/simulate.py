@@ -84,6 +84,11 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument('--bless', action='store_true',
                       help='after reading it: accept the current log as '
                            'log.expect (refused if an invariant broke)')
+    mode.add_argument('--capacity', action='store_true',
+                      help='print the failover capacity of the scenario\'s '
+                           'cloud as it starts (what instanceha-manage '
+                           'capacity says of a real cloud), without running '
+                           'the timeline')
     mode.add_argument('--list', action='store_true',
                       help='list the built-in scenarios and test cases')
     p.add_argument('--quiet', action='store_true',
@@ -118,6 +123,20 @@ def _summary(path: str) -> str:
     return first.split(':', 1)[-1].strip()
 
 
+def _capacity(sim: runner.Simulation) -> int:
+    """The failover capacity of the simulated cloud at its start."""
+    from instanceha.cmd import manage_capacity
+    from instanceha.ops import capacity
+    from instanceha.plugins import loader
+
+    conf = sim.make_conf()
+    drivers = loader.load_configured(conf)
+    report = capacity.assess(sim.cloud, drivers.filters, drivers.reservation)
+    print(manage_capacity.format_table(report,
+                                       conf.capacity.minimum_tolerance))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.verbose:
@@ -143,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if ok else 1
         sc = sim_scenario.load(path)
         sim = runner.Simulation(sc)
+        if args.capacity:
+            return _capacity(sim)
         if args.log:
             result = sim.run()
             print('\n'.join(result.lines))

@@ -172,25 +172,27 @@ def domains(snapshot: model.Snapshot, members: Sequence[str]
             ) -> tuple[Domain, ...]:
     """The cloud, each availability zone, each aggregate (by members).
 
-    An aggregate with exactly the members of a zone already listed is
-    that zone (an availability zone is an aggregate in Nova).
+    A domain with exactly the members of one listed before is that one
+    (an availability zone is an aggregate in Nova; a cloud of one zone
+    is that zone).
     """
     kept = set(members)
-    found = [Domain('cloud', tuple(sorted(kept)))]
     zones: dict[str, set[str]] = {}
     for host in kept:
         zone = snapshot.zone_of(host)
         if zone:
             zones.setdefault(zone, set()).add(host)
-    for zone in sorted(zones):
-        found.append(Domain('zone %s' % zone, tuple(sorted(zones[zone]))))
-    seen = {frozenset(d.hosts) for d in found}
-    for agg in sorted(snapshot.aggregates, key=lambda a: a.name):
-        hosts = frozenset(agg.hosts & kept)
+    named = [('cloud', kept)] + [('zone %s' % z, zones[z])
+                                 for z in sorted(zones)]
+    named += [('aggregate %s' % a.name, a.hosts & kept) for a in sorted(
+        snapshot.aggregates, key=lambda a: a.name)]
+    found: list[Domain] = []
+    seen: set[frozenset[str]] = set()
+    for name, hosts in named:
+        hosts = frozenset(hosts)
         if hosts and hosts not in seen:
             seen.add(hosts)
-            found.append(Domain('aggregate %s' % agg.name,
-                                tuple(sorted(hosts))))
+            found.append(Domain(name, tuple(sorted(hosts))))
     return tuple(found)
 
 

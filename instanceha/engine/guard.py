@@ -260,6 +260,7 @@ class GuardedCloud(_Wrapper, ports.CloudPort):
     get_server = _read('get_server')
     migrations = _read('migrations')
     host_vcpus = _read('host_vcpus')
+    host_resources = _read('host_resources')
     changed_servers = _read('changed_servers')
 
     _update_service = _guarded(
@@ -336,7 +337,8 @@ class GuardedFencer(_Wrapper, ports.Fencer):
 READ_ONLY = {
     ports.CloudPort: frozenset({
         'snapshot', 'read_services', 'get_server', 'changed_servers',
-        'migrations', 'action_errors', 'host_vcpus', 'server_actions',
+        'migrations', 'action_errors', 'host_vcpus', 'host_resources',
+        'server_actions',
         'stopped_servers', 'locked_servers'}),
     ports.Fencer: frozenset({'configured', 'power_state', 'learn_hosts'}),
 }

@@ -175,13 +175,13 @@ class CloudPort(abc.ABC):
         """Remove one metadata item; an absent item is not an error."""
 
     def host_vcpus(self) -> Mapping[str, model.HostVcpus] | None:
-        """Host -> its vCPU capacity and use; None: the cloud cannot say.
+        """Host -> its vCPUs (of :meth:`host_resources`); None: unknown."""
+        found = self.host_resources()
+        return None if found is None else {
+            h: v for h, r in found.items() if (v := r.vcpus()) is not None}
 
-        Read only when a placement strategy looks at free room (see
-        :mod:`instanceha.engine.placement`). Nova's scheduler checks room
-        again when the evacuation is scheduled, so this is advice, never
-        a promise. The default says nothing.
-        """
+    def host_resources(self) -> Mapping[str, model.HostResources] | None:
+        """Host -> its room as Placement counts it; None (default): unknown."""
         return None
 
     # -- instance failures (crashed guests) -------------------------------

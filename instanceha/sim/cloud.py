@@ -193,6 +193,17 @@ class SimCloud(ports.CloudPort):
                 for name, h in w.hosts.items()
                 if name not in w.deleted_services}
 
+    def host_resources(self) -> dict[str, model.HostResources]:
+        """What Placement would say, as :meth:`host_vcpus` reads it.
+
+        The simulated world counts vCPUs only (no memory or disk), so a
+        host's reading has a VCPU inventory alone; the failover estimate
+        then counts vCPUs only. One call.
+        """
+        return {name: model.HostResources(name, {'VCPU': model.Inventory(
+                    capacity=v.capacity, used=v.used)})
+                for name, v in self.host_vcpus().items()}
+
     def _server(self, server_id: str) -> sim_world.Server:
         srv = self.world.servers.get(server_id)
         if srv is None:

@@ -84,6 +84,10 @@ class ReservedHosts(base.ReservationStrategy):
             ranked.append((rank, svc.host))
         return [host for _, host in sorted(ranked)]
 
+    def spares_for(self, failed_host: str,
+                   snapshot: model.Snapshot) -> list[str]:
+        return self.candidates(failed_host, snapshot)
+
     def claim(self, failed_host: str,
               snapshot: model.Snapshot) -> str | None:
         with self._lock:

@@ -87,6 +87,13 @@ class NovaPeer(base.Peer):
         token is an admin of one project.
     :param driver: nova fake virt driver; MediumFakeDriver has 10 vCPUs
         and 8 GiB (x4 CPU allocation ratio), FakeDriver is nearly infinite.
+    :param shapes: host -> its own size and Placement inventory settings
+        (vcpus, memory_mb, local_gb; cpu/ram/disk_allocation_ratio,
+        reserved_vcpus, reserved_memory_mb, reserved_disk_gb), applied
+        when the stack starts.
+
+    Nova's Placement is served too, at ``placement_endpoint`` (every
+    request an admin's).
 
     ``report_interval=2``/``service_down_time=6``: a killed compute is
     reported ``down`` about 6 s later. Attributes once set up:
@@ -99,7 +106,7 @@ class NovaPeer(base.Peer):
     def __init__(self, hosts=3, keystone=None,
                  driver='fake.MediumFakeDriver', report_interval=2,
                  service_down_time=6, periodic_interval=3, eventlet=True,
-                 max_lifetime=3600):
+                 max_lifetime=3600, shapes=None):
         super().__init__()
         if isinstance(hosts, int):
             hosts = ['host%d' % i for i in range(1, hosts + 1)]
@@ -114,6 +121,7 @@ class NovaPeer(base.Peer):
             'periodic_interval': periodic_interval,
             'eventlet': eventlet,
             'max_lifetime': max_lifetime,
+            'shapes': shapes or {},
         }
         self.report_interval = report_interval
         self.service_down_time = service_down_time
@@ -143,6 +151,9 @@ class NovaPeer(base.Peer):
         self.api_port = ready['api_port']
         self.endpoint = 'http://%s:%d/v2.1' % (base.LOOPBACK,
                                                ready['api_port'])
+        #: Nova's own Placement, served on loopback (no auth: admin).
+        self.placement_endpoint = 'http://%s:%d' % (base.LOOPBACK,
+                                                    ready['placement_port'])
         self.control = NovaControl('http://%s:%d' % (base.LOOPBACK,
                                                      ready['control_port']))
         self.process.wait_ready(

@@ -174,6 +174,24 @@ class Stack(integrated_helpers._IntegratedTestBase):
             return host
         return None
 
+    def shape_hosts(self, shapes):
+        """Give hosts their own size, allocation ratios and reserved.
+
+        ``shapes``: host -> any of vcpus, memory_mb, local_gb (the fake
+        driver's hardware) and cpu/ram/disk_allocation_ratio,
+        reserved_vcpus, reserved_memory_mb, reserved_disk_gb (what
+        Placement is told, as an operator's nova.conf would per host).
+        Pushed to Placement at once.
+        """
+        for host, shape in shapes.items():
+            driver = self.computes[host].manager.driver
+            for attr in ('vcpus', 'memory_mb', 'local_gb'):
+                if attr in shape:
+                    setattr(driver, attr, shape[attr])
+            driver.update_provider_tree = _shaped_inventory(
+                driver.update_provider_tree, shape)
+        self.update_resources()
+
     def update_resources(self):
         """The periodic task the test fixtures switch off.
 
@@ -188,6 +206,47 @@ class Stack(integrated_helpers._IntegratedTestBase):
             cell = self.host_mappings[host].cell_mapping
             with nova_context.target_cell(ctx, cell) as cctxt:
                 compute.manager.update_available_resource(cctxt)
+
+
+#: Inventory fields a host's shape may set, by resource class.
+_SHAPED = (('VCPU', 'cpu_allocation_ratio', 'reserved_vcpus'),
+           ('MEMORY_MB', 'ram_allocation_ratio', 'reserved_memory_mb'),
+           ('DISK_GB', 'disk_allocation_ratio', 'reserved_disk_gb'))
+
+
+def _shaped_inventory(original, shape):
+    """The driver's update_provider_tree with the shape's ratios applied."""
+    def update_provider_tree(provider_tree, nodename, allocations=None):
+        original(provider_tree, nodename, allocations=allocations)
+        inventory = provider_tree.data(nodename).inventory
+        for rc, ratio, reserved in _SHAPED:
+            if ratio in shape:
+                inventory[rc]['allocation_ratio'] = shape[ratio]
+            if reserved in shape:
+                inventory[rc]['reserved'] = shape[reserved]
+        provider_tree.update_inventory(nodename, inventory)
+    return update_provider_tree
+
+
+def placement_app(token='admin'):
+    """Nova's in-process Placement (a wsgi-intercept), as a WSGI app.
+
+    Served on its own loopback port so that clients outside this process
+    read the same Placement nova's scheduler writes. Its fixture runs it
+    with noauth2: every request is made an admin's.
+    """
+    import wsgi_intercept
+    for (_, _), (create, script) in wsgi_intercept._wsgi_intercept.items():
+        if script == '/placement':
+            app = create()
+            break
+    else:
+        raise RuntimeError('nova\'s placement fixture is not installed')
+
+    def wrapper(environ, start_response):
+        environ['HTTP_X_AUTH_TOKEN'] = token
+        return app(environ, start_response)
+    return wrapper
 
 
 class SpawnFaults(object):
@@ -336,6 +395,9 @@ def main():
     quiet_logging(getattr(logging, cfg.get('log_level', 'INFO')))
     stack.dead = set()
 
+    if cfg.get('shapes'):
+        stack.shape_hosts(cfg['shapes'])
+
     faults = SpawnFaults()
     faults.install(type(stack.computes[cfg['hosts'][0]].manager.driver))
     lock = threading.RLock()
@@ -347,12 +409,15 @@ def main():
     control = common.make_wsgi_server(control_app(stack, faults, lock))
     common.serve_in_thread(api, 'nova-api')
     common.serve_in_thread(control, 'nova-control')
+    placement = common.make_wsgi_server(placement_app())
+    common.serve_in_thread(placement, 'placement-api')
     threading.Thread(target=periodic_loop, daemon=True, name='periodic',
                      args=(stack, lock, cfg['periodic_interval'])).start()
 
     common.write_ready(cfg['ready_file'], {
         'api_port': api.server_port,
         'control_port': control.server_port,
+        'placement_port': placement.server_port,
         'pid': os.getpid(),
         'setup_seconds': round(time.monotonic() - started, 2),
     })
