@@ -83,6 +83,47 @@ def annotate_fencing(plan: plan_mod.Plan, conf: cfg.ConfigOpts
         plan, decisions=tuple(annotate(d) for d in plan.decisions))
 
 
+def annotate_capacity(plan: plan_mod.Plan, cloud, drivers, conf,
+                      snapshot) -> plan_mod.Plan:
+    """Say which instances of the hosts recovered now would find no room.
+
+    The hosts the plan recovers are taken as failing together; their
+    evacuable instances are packed onto what remains, as
+    ``instanceha-manage capacity`` does. Room is never a reason not to
+    recover: this only says where Nova's scheduler will answer "No valid
+    host".
+    """
+    from instanceha.engine import capacity
+    from instanceha.ops import capacity as ops_capacity
+
+    failing = [d.host for d in plan.to_recover()]
+    if not failing:
+        return plan
+    try:
+        reservation = loader.load(
+            'instanceha.reservation', [conf.reservation.strategy],
+            '[reservation] strategy', conf)[0]
+        facts = ops_capacity.gather(cloud, drivers.filters, reservation,
+                                    snapshot)
+    except exceptions.InstanceHAError as exc:
+        notes = {h: 'room elsewhere unknown: %s' % exc for h in failing}
+    else:
+        whys: dict[str, list[str]] = {}
+        for u in capacity.host_loss(facts, failing).packing.unplaced:
+            whys.setdefault(u.need.host, []).append(
+                '%s (%s): %s' % (u.need.name, u.need.server_id, u.why))
+        notes = {h: 'would find no room: %s' % '; '.join(w)
+                 for h, w in whys.items()}
+
+    def annotate(d: plan_mod.HostDecision) -> plan_mod.HostDecision:
+        if d.host not in notes or d.decision is not plan_mod.Decision.RECOVER:
+            return d
+        return dataclasses.replace(d, reasons=d.reasons + (notes[d.host],))
+
+    return dataclasses.replace(
+        plan, decisions=tuple(annotate(d) for d in plan.decisions))
+
+
 #: Said when gates that ask someone (veto hooks) were left out.
 NOT_ASKED = ('veto hooks not asked (a dry run; --ask-hooks asks them, '
              'sending them a proposal nobody will carry out): %s')
@@ -119,6 +160,7 @@ def _plan(conf: cfg.ConfigOpts) -> int:
     snapshot = cloud.snapshot(**decide.snapshot_needs(drivers))
     plan = annotate_fencing(
         decide.make_plan(snapshot, drivers, conf, snapshot.taken_at), conf)
+    plan = annotate_capacity(plan, cloud, drivers, conf, snapshot)
     if conf.command.format == 'json':
         json.dump(plan.as_dicts(), sys.stdout, indent=2)
         sys.stdout.write('\n')

@@ -99,6 +99,10 @@ class Monitor:
         #: max_clock_skew; None: not reported).
         self.clock_skew: float | None = None
         self.max_clock_skew: float | None = None
+        #: What falls short of [capacity] minimum_tolerance (None: nothing):
+        #: readiness says "degraded" and stays ready (a recovery is never
+        #: held back by capacity).
+        self.capacity_short: str | None = None
         metrics.registry.register(_LiveCollector(self))
 
     # -- what the loop reports ---------------------------------------------
@@ -280,8 +284,13 @@ class Monitor:
                 reasons.append('no good cycle yet')
             elif now - last_good > self.stuck_after:
                 reasons.append('no good cycle for %d s' % (now - last_good))
+        status = 'ready' if not reasons else 'not ready'
+        short = self.capacity_short
+        if short and not reasons:
+            status = 'degraded'
         body = {
-            'status': 'ready' if not reasons else 'not ready',
+            'status': status,
+            'degraded': ['failover capacity %s' % short] if short else [],
             'reasons': reasons,
             'role': 'leader' if leader else 'follower',
             'cycles': cycles,
@@ -509,10 +518,16 @@ def attach(service) -> Callable[[], None]:
     service.health = monitor
     if service.env.pause is not None:
         metrics.registry.register(metrics_mod.PauseCollector(service.env.pause))
+    checks = _capacity_check(service, metrics, monitor)
+
+    def stop_checks() -> None:
+        monitor.begin_shutdown()
+        checks()
+
     if not conf.health.enabled:
         LOG.info('health: the HTTP endpoint is off ([health] enabled = '
                  'false)')
-        return monitor.begin_shutdown
+        return stop_checks
     try:
         server = HealthServer(monitor, metrics, listen=conf.health.listen,
                               port=conf.health.port,
@@ -524,11 +539,34 @@ def attach(service) -> Callable[[], None]:
         LOG.error('health: %s; this copy runs on without /healthz and '
                   '/metrics (give each copy on a machine its own [health] '
                   'port)', exc)
-        return monitor.begin_shutdown
+        return stop_checks
     server.start()
 
     def stop() -> None:
-        monitor.begin_shutdown()
+        stop_checks()
         server.stop()
 
     return stop
+
+
+def _capacity_check(service, metrics: metrics_mod.Metrics,
+                    monitor: Monitor) -> Callable[[], None]:
+    """Start the periodic failover capacity check if configured.
+
+    Returns the function that stops it.
+    """
+    from instanceha.daemon import capacity
+
+    conf = service.engine.conf
+    if not conf.capacity.check_interval:
+        return lambda: None
+
+    def publish(report, short) -> None:
+        metrics.set_capacity(report, short)
+        monitor.capacity_short = short
+
+    check = capacity.CapacityCheck(
+        conf, service.env.cloud, service.engine.drivers, service.events,
+        publish, leading=monitor.leader)
+    check.start()
+    return check.stop

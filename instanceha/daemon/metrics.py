@@ -36,12 +36,14 @@ from prometheus_client import core as prom_core
 from prometheus_client import exposition
 
 from instanceha.engine import events as ev
+from instanceha.engine import placement
 from instanceha.engine import ports
 from instanceha.engine import states
 from instanceha import exceptions
 
 if typing.TYPE_CHECKING:
     from instanceha.daemon import health
+    from instanceha.engine import capacity
 
 LOG = logging.getLogger(__name__)
 
@@ -110,7 +112,26 @@ class Metrics:
             'Crashed instances by what was done (restart, relocate, error) '
             'and their recoveries (recovered: ran stable_time).',
             ['result'], registry=r)
+        self.capacity_tolerance = prom.Gauge(
+            'instanceha_capacity_tolerance',
+            'Failover capacity (leader, [capacity] check_interval): how '
+            'many hosts of the failure domain may be lost at once with '
+            'every evacuable instance finding room (the k of N+k; a lower '
+            'bound where not every set was tried).', ['domain'], registry=r)
+        self.capacity_unabsorbed = prom.Gauge(
+            'instanceha_capacity_unabsorbed_hosts',
+            'Hosts whose loss alone would leave instances without room '
+            '(leader, last capacity check).', registry=r)
+        self.capacity_short = prom.Gauge(
+            'instanceha_capacity_short',
+            'Whether a failure domain tolerates fewer lost hosts than '
+            '[capacity] minimum_tolerance (1) or not (0).', registry=r)
+        self.capacity_known = prom.Gauge(
+            'instanceha_capacity_known',
+            'Whether the last capacity check could read the cloud (1).',
+            registry=r)
         self._gates: set[str] = set()
+        r.register(AbstentionCollector())
         for state in states.HostState:
             self.hosts.labels(state.value).set(0)
         for result in ('ok', 'error'):
@@ -122,6 +143,19 @@ class Metrics:
             return 'other'
         self._gates.add(gate)
         return gate
+
+    def set_capacity(self, report: 'capacity.Report | None',
+                     short: str | None) -> None:
+        """The last capacity check's answer (None: it could not read)."""
+        self.capacity_known.set(0 if report is None else 1)
+        if report is None:
+            return
+        self.capacity_tolerance.clear()
+        for d in report.domains:
+            self.capacity_tolerance.labels(d.domain.name).set(d.tolerance)
+        self.capacity_unabsorbed.set(len({
+            loss.failed for d in report.domains for loss in d.unabsorbed}))
+        self.capacity_short.set(1 if short else 0)
 
     def render(self) -> bytes:
         return exposition.generate_latest(self.registry)
@@ -245,6 +279,25 @@ class PauseCollector:
                 'instanceha_pause_end_timestamp_seconds',
                 'When the stored pause ends by itself (Unix time).',
                 value=pause.until.timestamp())
+
+
+class AbstentionCollector:
+    """Times an evacuation strategy chose none of the candidate hosts.
+
+    Nova's scheduler then chose; read at scrape time from
+    :func:`instanceha.engine.placement.abstentions` (labels: the
+    configured strategies' names).
+    """
+
+    def collect(self) -> Iterable[prom_core.Metric]:
+        family = prom_core.CounterMetricFamily(
+            'instanceha_placement_abstentions',
+            'Instances an evacuation strategy placed nowhere though hosts '
+            'were candidates (it lacked data or declined); Nova\'s '
+            'scheduler chose.', labels=['strategy'])
+        for name, count in sorted(placement.abstentions().items()):
+            family.add_metric([name], count)
+        yield family
 
 
 def listener_metrics(listeners: list) -> Iterable[prom_core.Metric]:

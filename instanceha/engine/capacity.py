@@ -42,6 +42,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -83,6 +84,12 @@ class Facts:
         svc = self.snapshot.service(host)
         return (svc is not None and not svc.disabled and not svc.forced_down
                 and svc.state == model.UP and host in self.rooms)
+
+    @functools.cached_property
+    def pool(self) -> packing.Pool:
+        """The hosts that receive, sorted once for every loss checked."""
+        return packing.Pool(self.rooms[h] for h in sorted(self.rooms)
+                            if self.receives(h))
 
     def weight(self, host: str) -> tuple:
         """What the host's instances ask for, heaviest first."""
@@ -212,12 +219,10 @@ def loss(facts: Facts, failed: Sequence[str]) -> Loss:
     """Pack the evacuable instances of ``failed`` onto what remains."""
     gone = frozenset(failed)
     spares = _spares(facts, gone)
-    rooms = [facts.rooms[h] for h in sorted(facts.rooms)
-             if (h not in gone and facts.receives(h)) or h in spares]
     needs = [packing.need_of(s) for h in sorted(gone)
              for s in facts.evacuable.get(h, ())]
-    return Loss(tuple(sorted(gone)), len(needs),
-                packing.pack(needs, rooms), spares)
+    return Loss(tuple(sorted(gone)), len(needs), facts.pool.pack(
+        needs, without=gone, extra=[facts.rooms[s] for s in spares]), spares)
 
 
 def _sets(hosts: Sequence[str], k: int,

@@ -93,6 +93,10 @@ Names (``host`` is set on all but the cycle-level ones):
                           mass failure: nobody is fenced); once when the
                           block starts or its reasons change
 ``plan_unblocked``        the whole-plan block ended
+``capacity_short``        failure domains tolerate fewer lost hosts than
+                          ``[capacity] minimum_tolerance``: ``minimum``,
+                          ``domains`` (name:N+k each); once per change
+``capacity_met``          every domain meets the minimum again
 ``snapshot_failed``       ``reason``: Nova could not be read this cycle;
                           ``held``: hosts not fenced until a cycle reads
                           Nova again (their plan may be stale)
@@ -184,6 +188,8 @@ LEADER = 'leader'
 SNAPSHOT_FAILED = 'snapshot_failed'
 PLAN_BLOCKED = 'plan_blocked'
 PLAN_UNBLOCKED = 'plan_unblocked'
+CAPACITY_SHORT = 'capacity_short'
+CAPACITY_MET = 'capacity_met'
 STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
 PAUSED = 'paused'
@@ -219,7 +225,7 @@ WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       PROCESS_FAILURE, PROCESS_FAILURE_HELD,
                       INSTANCE_CRASHED, INSTANCE_RECOVERY_FAILED,
                       INSTANCE_GAVE_UP, INSTANCE_FAILURE_HELD,
-                      SHUTDOWN_OVERDUE})
+                      SHUTDOWN_OVERDUE, CAPACITY_SHORT})
 
 
 def _value(v) -> str:

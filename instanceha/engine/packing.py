@@ -172,12 +172,6 @@ class Packing:
         return not self.unplaced
 
 
-def _order(bins: list[Bin]) -> list[tuple]:
-    """Most free vCPUs first, then by name (deterministic)."""
-    return sorted((-b.free.get(VCPU, 0), b.host, i)
-                  for i, b in enumerate(bins))
-
-
 def _why_not(need: Need, start: Iterable[Bin]) -> str:
     """Why nothing took ``need``: too big for any host, or room used up."""
     whys = {b.host: b.refusal(need) for b in start}
@@ -191,6 +185,57 @@ def _why_not(need: Need, start: Iterable[Bin]) -> str:
             '(%s); fragmented over the remaining hosts' % need.describe())
 
 
+def _key(room: model.HostResources) -> tuple:
+    """Most free vCPUs first, then by name (deterministic)."""
+    vcpu = room.resources.get(VCPU)
+    return (-(vcpu.free if vcpu is not None else 0), room.host)
+
+
+class Pool:
+    """Hosts' room, sorted once, to pack many sets of instances on.
+
+    Each :meth:`pack` works on its own copy of what it touches: a host is
+    copied when an instance is tried on it (worst fit tries the roomiest
+    first), so checking the loss of each of a thousand hosts does not
+    copy a thousand hosts a thousand times.
+    """
+
+    def __init__(self, rooms: Iterable[model.HostResources]):
+        self.rooms = {r.host: r for r in rooms}
+        self.order = sorted(_key(r) for r in self.rooms.values())
+
+    def pack(self, needs: Iterable[Need], without: frozenset[str] = (
+            frozenset()), extra: Iterable[model.HostResources] = ()
+             ) -> Packing:
+        """Place ``needs`` on the pool less ``without``, plus ``extra``."""
+        rooms = dict(self.rooms)
+        order = [k for k in self.order if k[1] not in without]
+        for room in extra:
+            if room.host not in rooms or room.host in without:
+                bisect.insort(order, _key(room))
+            rooms[room.host] = room
+        bins: dict[str, Bin] = {}
+        placed: dict[str, str] = {}
+        unplaced: list[Unplaced] = []
+        for need in sorted(needs, key=Need.key):
+            if need.uncounted:
+                unplaced.append(Unplaced(need, need.uncounted))
+                continue
+            for pos, (_, host) in enumerate(order):
+                found = bins.get(host) or bins.setdefault(
+                    host, Bin.of(rooms[host]))
+                if found.refusal(need) is None:
+                    found.take(need)
+                    placed[need.server_id] = host
+                    del order[pos]
+                    bisect.insort(order, (-found.free.get(VCPU, 0), host))
+                    break
+            else:
+                unplaced.append(Unplaced(need, _why_not(
+                    need, (Bin.of(rooms[h]) for _, h in order))))
+        return Packing(placed, tuple(unplaced))
+
+
 def pack(needs: Iterable[Need],
          rooms: Iterable[model.HostResources]) -> Packing:
     """Place ``needs`` on ``rooms``: worst fit, largest first.
@@ -198,24 +243,4 @@ def pack(needs: Iterable[Need],
     See the module docstring for why a placement found is a proof and a
     failure only an estimate.
     """
-    rooms = list(rooms)
-    bins = [Bin.of(r) for r in rooms]
-    order = _order(bins)
-    placed: dict[str, str] = {}
-    unplaced: list[Unplaced] = []
-    for need in sorted(needs, key=Need.key):
-        if need.uncounted:
-            unplaced.append(Unplaced(need, need.uncounted))
-            continue
-        for pos, (_, _, i) in enumerate(order):
-            if bins[i].refusal(need) is None:
-                bins[i].take(need)
-                placed[need.server_id] = bins[i].host
-                del order[pos]
-                bisect.insort(order, (-bins[i].free.get(VCPU, 0),
-                                      bins[i].host, i))
-                break
-        else:
-            unplaced.append(Unplaced(need, _why_not(
-                need, (Bin.of(r) for r in rooms))))
-    return Packing(placed, tuple(unplaced))
+    return Pool(rooms).pack(needs)

@@ -29,8 +29,13 @@ evacuate (compute API 2.94), whose scheduler still checks it (room,
 enabled, up, the instance's filters) and refuses it otherwise; it is
 never forced. ``None`` lets Nova's scheduler choose.
 
-Capacity is counted in vCPUs. Where the cloud says (placement's
-capacity and usage; the simulator's model), ``total_vcpus`` and
+A strategy that places but ranks none of the candidates abstains: it
+is logged and counted (:func:`abstentions`, a metric), and Nova's
+scheduler chooses.
+
+Capacity is counted in vCPUs. Where the cloud says (Placement's
+capacity and usage, :meth:`CloudPort.host_resources`; the simulator's
+model), ``total_vcpus`` and
 ``used_vcpus`` are its numbers, the use including what this evacuation
 asked for since they were read (and never less than what Nova lists
 there plus this evacuation's instances on their way), so a strategy sees
@@ -47,6 +52,7 @@ from collections.abc import Sequence
 import dataclasses
 import functools
 import logging
+import threading
 import types
 import typing
 
@@ -373,7 +379,36 @@ def _ranked(request: PlacementRequest, view: PlacementView,
     if not found:
         return None  # nowhere known to fit: Nova's scheduler decides
     ranked = strategy.rank(request, found, view)
-    return ranked[0].host if ranked else None
+    if not ranked:
+        _abstained(strategy, request, found)
+        return None
+    return ranked[0].host
+
+
+_abstentions: dict[str, int] = {}
+_abstentions_lock = threading.Lock()
+
+
+def _abstained(strategy: Placer, request: PlacementRequest,
+               found: tuple[HostRoom, ...]) -> None:
+    """A strategy chose none of the candidates: said and counted.
+
+    Nova's scheduler then chooses; an operator should know the policy
+    they configured did not decide (see :func:`abstentions`).
+    """
+    name = strategy.name or type(strategy).__name__
+    known = sum(room.load is not None for room in found)
+    LOG.warning('evacuation strategy %s chose none of %d candidate host(s) '
+                'for %s (their load known on %d); Nova\'s scheduler chooses',
+                name, len(found), request.server_id, known)
+    with _abstentions_lock:
+        _abstentions[name] = _abstentions.get(name, 0) + 1
+
+
+def abstentions() -> dict[str, int]:
+    """Strategy name -> times it chose no candidate, in this process."""
+    with _abstentions_lock:
+        return dict(_abstentions)
 
 
 def decide(request: PlacementRequest, view: PlacementView,

@@ -34,7 +34,7 @@ TESTS = os.path.join(RULES_DIR, 'instanceha-alerts.test.yaml')
 #: Metrics the service serves (families; counters with _total).
 SERVED = re.compile(r'^instanceha_(host_recovery_state|hosts|gate_blocks_'
                     r'total|leader|paused|pause_start_timestamp_seconds|'
-                    r'pause_end_timestamp_seconds|ready|live)$')
+                    r'pause_end_timestamp_seconds|ready|live|capacity_tolerance)$')
 
 
 class TestAlertRules(testtools.TestCase):
@@ -50,7 +50,7 @@ class TestAlertRules(testtools.TestCase):
         return res.stdout
 
     def test_rules_are_valid(self):
-        self.assertIn('SUCCESS: 6 rules found',
+        self.assertIn('SUCCESS: 7 rules found',
                       self.promtool('check', 'rules', RULES))
 
     def test_rules_fire_as_their_tests_say(self):
@@ -63,7 +63,8 @@ class TestAlertRules(testtools.TestCase):
         self.assertEqual({'InstanceHAHostFailed', 'InstanceHAFencingFailing',
                           'InstanceHAMassFailureBlocked',
                           'InstanceHANoLeader', 'InstanceHAPauseOverdue',
-                          'InstanceHANotReady'}, names)
+                          'InstanceHANotReady',
+                          'InstanceHAFailoverCapacityLow'}, names)
         for rule in rules:
             for metric in re.findall(r'instanceha_\w+', rule['expr']):
                 self.assertRegex(metric, SERVED, rule['alert'])

@@ -10,6 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
+import dataclasses
 import datetime
 import os
 
@@ -58,3 +59,51 @@ class TestAnnotateFencing(testtools.TestCase):
         for host in ('compute-1', 'compute-2'):
             self.assertIn('fencing file unusable',
                           plan.decision(host).reasons[-1])
+
+
+class TestAnnotateCapacity(testtools.TestCase):
+    """The dry run says which instances of a failing host find no room."""
+
+    def setUp(self):
+        super().setUp()
+        from instanceha.engine import model
+
+        def server(sid, host, vcpus):
+            return model.Server(sid, sid, host, 'ACTIVE', model.Flavor(
+                'f', vcpus=vcpus), image_id=None)
+
+        services = tuple(model.Service('s-' + h, h, 'up' if h != 'c1'
+                                       else 'down', 'enabled')
+                         for h in ('c1', 'c2'))
+        self.snapshot = model.Snapshot(NOW, services, (
+            server('big', 'c1', 4), server('small', 'c1', 1)))
+        rooms = {'c2': model.HostResources('c2', {
+            'VCPU': model.Inventory(capacity=4, used=2)})}
+
+        class Cloud:
+            def host_resources(self):
+                return rooms
+
+        self.cloud = Cloud()
+        self.drivers = type('Drivers', (), {'filters': []})()
+        self.conf = self.useFixture(conf_fixture.ConfFixture()).conf
+        self.plan = plan_mod.Plan(NOW, decisions=(
+            plan_mod.HostDecision('c1', D.RECOVER, ('nova: down',)),
+            plan_mod.HostDecision('c2', D.HEALTHY, ('nova: up',))))
+
+    def test_instances_without_room_are_named(self):
+        plan = manage_plan.annotate_capacity(
+            self.plan, self.cloud, self.drivers, self.conf, self.snapshot)
+        why = plan.decision('c1').reasons[-1]
+        # c2 has 2 vCPUs free: the 1-vCPU instance fits, the 4 does not.
+        self.assertTrue(why.startswith('would find no room: big (big): '
+                                       'too large'), why)
+        self.assertNotIn('small', why)
+        self.assertEqual(('nova: up',), plan.decision('c2').reasons)
+
+    def test_all_fit_says_nothing(self):
+        self.snapshot = dataclasses.replace(
+            self.snapshot, servers=self.snapshot.servers[1:])
+        plan = manage_plan.annotate_capacity(
+            self.plan, self.cloud, self.drivers, self.conf, self.snapshot)
+        self.assertEqual(('nova: down',), plan.decision('c1').reasons)

@@ -223,6 +223,31 @@ class TestDecide(testtools.TestCase):
         self.assertIn('failed to choose a target for v1; asking for c',
                       logged.output)
 
+    def test_a_strategy_that_abstains_is_said_and_counted(self):
+        # The out-of-tree "pack" of the issue: it ranks only hosts whose
+        # load is known, and on a cloud that says nothing it abstains.
+        class Pack(spread.SpreadEvacuation):
+            name = 'pack'
+
+            def rank(self, request, candidates, view):
+                return [c for c in candidates if c.load is not None]
+        self.strategy = Pack(self.strategy.conf)
+        # As on a real cloud: only the failed host's servers are listed.
+        self.snap = dataclasses.replace(self.snap,
+                                        servers_read=frozenset({'failed'}))
+        logged = self.useFixture(fixtures.FakeLogger())
+        before = placement.abstentions().get('pack', 0)
+        self.assertIsNone(self.decide(task('v1')))
+        self.assertEqual(before + 1, placement.abstentions()['pack'])
+        self.assertIn('evacuation strategy pack chose none of 2 candidate '
+                      'host(s) for v1 (their load known on 0); Nova\'s '
+                      'scheduler chooses', logged.output)
+        # With Placement's numbers it decides.
+        self.view = lambda spare=None: placement.build(
+            self.snap, 'failed', vcpus={'b': vc(8, 2), 'c': vc(8, 6)})
+        self.assertIn(self.decide(task('v1')), ('b', 'c'))
+        self.assertEqual(before + 1, placement.abstentions()['pack'])
+
 
 class TestSpread(testtools.TestCase):
 
