@@ -51,6 +51,9 @@ from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
 
+#: Seconds a failed reading is answered with its error, without a call.
+RETRY_AFTER = 60.0
+
 #: The resource classes read (what the failover estimate counts).
 CLASSES = ('VCPU', 'MEMORY_MB', 'DISK_GB')
 
@@ -104,6 +107,10 @@ class PlacementReader:
         self._inventory: dict[str, dict[str, _Inventory]] = {}
         self._reading: dict[str, model.HostResources] | None = None
         self._read_at: float | None = None
+        #: The last reading's failure, repeated without a call for a
+        #: while (an evacuation step asks at every step).
+        self._failure: exceptions.CloudError | None = None
+        self._failed_at: float | None = None
 
     def _fresh(self, at: float | None, seconds: float) -> bool:
         return at is not None and self._clock() - at < seconds
@@ -183,6 +190,14 @@ class PlacementReader:
         with self._lock:
             if self._reading is None or not self._fresh(self._read_at,
                                                         max_age):
-                self._reading = self._read()
+                if self._failure is not None and self._fresh(
+                        self._failed_at, min(max_age, RETRY_AFTER)):
+                    raise self._failure
+                try:
+                    self._reading = self._read()
+                except exceptions.CloudError as exc:
+                    self._failure, self._failed_at = exc, self._clock()
+                    raise
+                self._failure = None
                 self._read_at = self._clock()
             return dict(self._reading)
