@@ -21,9 +21,6 @@ and why. Exit 0 when the reading succeeded (whatever the answer), 1
 when the cloud could not be read, 2 for a configuration error.
 """
 
-import json
-import sys
-
 from oslo_config import cfg
 
 from instanceha.cmd import common
@@ -96,12 +93,11 @@ def _capacity(conf: cfg.ConfigOpts) -> int:
     cloud = nova.NovaCloud(conf)
     report = ops_capacity.assess(cloud, filtering, reservation)
     minimum = conf.capacity.minimum_tolerance
-    if conf.command.format == 'json':
+    if conf.command.json:
         body = report.as_dict()
         body['minimum_tolerance'] = minimum
         body['minimum_met'] = not report.short_of(minimum)
-        json.dump(body, sys.stdout, indent=2)
-        sys.stdout.write('\n')
+        common.print_json(body)
         return 0
     print(format_table(report, minimum))
     print('%d Nova API call(s), %d Placement call(s)' % (
@@ -114,8 +110,6 @@ def add_parsers(subparsers) -> None:
         'capacity', help='say whether the cloud could absorb the loss of '
                          'each host and failure domain now (N+1, N+k), '
                          'from Placement')
-    parser.add_argument('--format', choices=('table', 'json'),
-                        default='table',
-                        help='table for people (default), json for '
-                             'machines (the same facts, always parseable)')
+    common.json_flag(parser, 'the same facts as one JSON object '
+                             '(always parseable)')
     parser.set_defaults(func=_capacity)

@@ -139,7 +139,7 @@ class TestCapacity(testtools.TestCase):
             'minimum_tolerance = 1\n'))
         proc = subprocess.run(
             [sys.executable, '-m', 'instanceha.cmd.manage', 'capacity',
-             '--format', 'json', '--config-file', path],
+             '--json', '--config-file', path],
             capture_output=True, text=True, timeout=120)
         self.assertEqual(0, proc.returncode, proc.stderr)
         body = json.loads(proc.stdout)

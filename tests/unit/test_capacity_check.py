@@ -19,6 +19,7 @@ in one zone, so N+3; the whole cloud lost is not absorbed).
 import os
 import types
 
+import fixtures
 import testtools
 
 from instanceha.cmd import simulate
@@ -95,3 +96,16 @@ class TestCapacityCheck(testtools.TestCase):
         self.assertIsNone(self.check.check())
         self.assertEqual(0.0, self.value('instanceha_capacity_known'))
         self.assertEqual([], self.events.events)
+
+
+class TestSimulateCapacity(testtools.TestCase):
+
+    def test_simulate_answers_for_a_scenario(self):
+        out = self.useFixture(fixtures.StringStream('stdout'))
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', out.stream))
+        self.assertEqual(0, simulate.main(['--capacity', 'demo']))
+        text = out.getDetails()['stdout'].as_text()
+        # Four hosts of 64 vCPUs, 22 used: any three lost fit on the
+        # fourth; all four do not.
+        self.assertIn('cloud       4  N+3        yes        no (8 of 8 '
+                      'instances without room)', text)
