@@ -307,3 +307,38 @@ class TestManageValidateBothEmulators(RedfishTestBase):
         self.assertEqual([], watch.leaks)
         self.assertNoSecret(proc.stdout + proc.stderr, ipmi.password,
                             self.bmc.password, WRONG)
+
+
+class TestRedfishHealth(RedfishTestBase):
+    """Hardware health read through the fencing device's own session.
+
+    The stock sushy-tools fake driver reports every system OK and serves
+    no power supplies: the fixture extends it (health_app in
+    peers/redfish_emulator.py) so that a test can make a BMC report a
+    failed power supply, memory or a temperature alarm.
+    """
+
+    def test_all_ok_is_no_condition(self):
+        self.assertEqual((), self.driver('host1').health())
+
+    def test_a_failed_power_supply_is_read(self):
+        self.bmc.set_health('host1', rollup='Critical',
+                            power_supplies={'PSU 1': 'OK',
+                                            'PSU 2': 'Critical'})
+        found = self.driver('host1').health()
+        self.assertEqual(['system rollup Critical',
+                          'power_supply PSU 2 Critical'],
+                         [c.describe() for c in found])
+        # The other host's BMC says nothing.
+        self.assertEqual((), self.driver('host2').health())
+        self.bmc.set_health('host1')
+        self.assertEqual((), self.driver('host1').health())
+
+    def test_memory_and_thermal(self):
+        self.bmc.set_health('host2', memory='Warning',
+                            temperatures={'CPU 1': 'Critical'},
+                            fans={'Fan 3': 'Warning'})
+        self.assertEqual(
+            ['memory memory Warning', 'thermal CPU 1 Critical',
+             'thermal Fan 3 Warning'],
+            [c.describe() for c in self.driver('host2').health()])

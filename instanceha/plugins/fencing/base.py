@@ -354,6 +354,17 @@ class FencingDriver(base.Driver):
         """Power on and return once the device reports on."""
         self._change(PowerState.ON, timeout)
 
+    #: The device reports hardware health (:meth:`health`).
+    supports_health: bool = False
+
+    def health(self, timeout: float | None = None) -> tuple:
+        """Hardware conditions the device reports (proactive evacuation).
+
+        Only where :attr:`supports_health`; a device that cannot tell
+        raises ``NotImplementedError``.
+        """
+        raise NotImplementedError
+
     def power_status(self, timeout: float | None = None) -> PowerState:
         """The power state the device reports now."""
         return self._read_power(self._deadline(timeout))

@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 from instanceha.plugins.fencing import base
+from instanceha.plugins.fencing import redfish_health
 
 _SUSHY_IMPORT = threading.Lock()
 
@@ -220,6 +221,16 @@ class RedfishFencing(base.FencingDriver):
 
     def stop(self) -> None:
         self._drop()
+
+    # -- hardware health ---------------------------------------------------------
+
+    supports_health = True
+
+    def health(self, timeout: float | None = None
+               ) -> tuple['redfish_health.Condition', ...]:
+        """The hardware conditions the BMC reports now (none: all OK)."""
+        return self._with_system(self._deadline(timeout), 'health status',
+                                 redfish_health.read)
 
     # -- power ------------------------------------------------------------------
 

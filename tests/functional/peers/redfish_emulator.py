@@ -24,7 +24,9 @@ Extras over the stock ``sushy-emulator`` command, all optional:
   every system twice a second so changes land on time;
 - ``power_delay`` [lo, hi] replaces the 1-11 s range;
 - when a power change lands, the nova helper's control API kills (off)
-  or revives (on) that host's nova-compute.
+  or revives (on) that host's nova-compute;
+- hardware health a test injects (:func:`health_app`): the stock fake
+  driver reports every system OK and no power supplies.
 
 Usage: python redfish_emulator.py CONFIG.json   (written by RedfishPeer)
 """
@@ -78,6 +80,88 @@ def patch_fake_driver(fakedriver, cfg):
     fakedriver.FakeDriver._update = _update
 
 
+#: Hardware health injected by tests: system name -> what its BMC says.
+HEALTH = {}
+HEALTH_LOCK = threading.Lock()
+_CHASSIS = '/redfish/v1/Chassis/ih-%s'
+
+
+def _parts(spec, key, default_name):
+    return [{'Name': name, 'MemberId': str(i),
+             'Status': {'State': 'Enabled', 'Health': health}}
+            for i, (name, health) in enumerate(sorted(
+                (spec.get(key) or {default_name: 'OK'}).items()))]
+
+
+def _system_health(body, spec):
+    """A system resource as its BMC reports the injected health."""
+    status = body.setdefault('Status', {})
+    status['Health'] = spec.get('system', 'OK')
+    status['HealthRollup'] = spec.get('rollup', status['Health'])
+    memory = body.setdefault('MemorySummary', {}).setdefault('Status', {})
+    memory['Health'] = memory['HealthRollup'] = spec.get('memory', 'OK')
+    body.setdefault('Links', {})['Chassis'] = [
+        {'@odata.id': _CHASSIS % body.get('Name')}]
+    return body
+
+
+def health_app(app):
+    """sushy-tools extended with hardware health a test can inject.
+
+    The stock fake driver says every system is OK and serves no power
+    supplies, so this wraps it: ``PUT /ih-test/health/<system name>``
+    with ``{"system": "OK", "rollup": "Critical", "memory": "OK",
+    "power_supplies": {"PSU 1": "OK", "PSU 2": "Critical"},
+    "temperatures": {...}, "fans": {...}}`` makes that system report it
+    (its ``Status``, ``MemorySummary``, and a chassis of its own with the
+    standard ``Power`` and ``Thermal`` resources); ``{}`` clears it.
+    """
+    def reply(start_response, body, code='200 OK'):
+        data = json.dumps(body).encode()
+        start_response(code, [('Content-Type', 'application/json'),
+                              ('Content-Length', str(len(data)))])
+        return [data]
+
+    def wrapper(environ, start_response):
+        path = environ.get('PATH_INFO', '')
+        method = environ.get('REQUEST_METHOD')
+        if path.startswith('/ih-test/health/') and method == 'PUT':
+            size = int(environ.get('CONTENT_LENGTH') or 0)
+            spec = json.loads(environ['wsgi.input'].read(size) or b'{}')
+            with HEALTH_LOCK:
+                HEALTH[path.rsplit('/', 1)[1]] = spec
+            return reply(start_response, {'ok': True})
+        parts = path.rstrip('/').split('/')
+        with HEALTH_LOCK:
+            health = dict(HEALTH)
+        if path.startswith('/redfish/v1/Chassis/ih-') and len(parts) == 6:
+            spec = health.get(parts[4][3:], {})
+            if parts[5] == 'Power':
+                return reply(start_response, {'PowerSupplies': _parts(
+                    spec, 'power_supplies', 'PSU 1')})
+            return reply(start_response, {
+                'Temperatures': _parts(spec, 'temperatures', 'CPU 1'),
+                'Fans': _parts(spec, 'fans', 'Fan 1')})
+        if not (method == 'GET' and len(parts) == 5
+                and path.startswith('/redfish/v1/Systems/')):
+            return app(environ, start_response)
+        seen = {}
+
+        def keep(status, headers, exc_info=None):
+            seen['status'], seen['headers'] = status, headers
+        body = b''.join(app(environ, keep))
+        try:
+            system = json.loads(body)
+        except ValueError:
+            system = None
+        spec = health.get((system or {}).get('Name'))
+        if spec is None or not seen['status'].startswith('200'):
+            start_response(seen['status'], seen['headers'])
+            return [body]
+        return reply(start_response, _system_health(system, spec))
+    return wrapper
+
+
 def poll_power(app, interval=0.5):
     """Read every system's power so pending changes land on time."""
     while True:
@@ -100,7 +184,8 @@ def main():
 
     patch_fake_driver(fakedriver, cfg)
     app = emulator.app  # configured from SUSHY_EMULATOR_CONFIG
-    server = common.make_wsgi_server(app, port=cfg.get('port', 0),
+    server = common.make_wsgi_server(health_app(app),
+                                     port=cfg.get('port', 0),
                                      tls=cfg.get('tls'))
     common.serve_in_thread(server, 'redfish')
     threading.Thread(target=poll_power, args=(app,), daemon=True,

@@ -164,6 +164,17 @@ class RedfishPeer(base.Peer):
     def _session(self):
         return _Session(self.auth and (self.username, self.password))
 
+    def set_health(self, host, **spec):
+        """Make host's BMC report hardware health (see health_app).
+
+        e.g. ``power_supplies={'PSU 2': 'Critical'}, rollup='Critical'``;
+        nothing given: all OK again.
+        """
+        resp = self._session().put(
+            '%s/ih-test/health/%s' % (self.url, host), json=spec,
+            timeout=10)
+        resp.raise_for_status()
+
     def power_state(self, host):
         """'On' or 'Off' as the emulator reports it now."""
         resp = self._session().get(self.system_url(host), timeout=10)
