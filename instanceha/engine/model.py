@@ -178,6 +178,21 @@ class HostResources:
 
 
 @dataclasses.dataclass(frozen=True)
+class HardwareCondition:
+    """One hardware condition a host's management controller reported."""
+
+    #: ``system``, ``memory``, ``power_supply`` or ``thermal``.
+    kind: str
+    #: ``Warning`` or ``Critical`` (Redfish's words).
+    health: str
+    #: Which part, as the controller names it (e.g. ``PSU 2``).
+    part: str
+
+    def describe(self) -> str:
+        return '%s %s %s' % (self.kind, self.part, self.health)
+
+
+@dataclasses.dataclass(frozen=True)
 class Migration:
     """One of Nova's migration records (evacuations are type evacuation)."""
 

@@ -28,6 +28,7 @@ import logging
 import threading
 from typing import Any
 
+from instanceha.engine import model
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import redfish_health
 
@@ -227,7 +228,7 @@ class RedfishFencing(base.FencingDriver):
     supports_health = True
 
     def health(self, timeout: float | None = None
-               ) -> tuple['redfish_health.Condition', ...]:
+               ) -> tuple[model.HardwareCondition, ...]:
         """The hardware conditions the BMC reports now (none: all OK)."""
         return self._with_system(self._deadline(timeout), 'health status',
                                  redfish_health.read)

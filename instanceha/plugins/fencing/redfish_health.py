@@ -18,31 +18,18 @@ system's ``Status`` (``Health`` and ``HealthRollup``), its
 ``Power`` resource's power supplies and the ``Thermal`` resource's
 temperatures and fans. A resource the BMC does not offer (404) is
 skipped: a condition is only ever what the BMC said. Only conditions
-other than ``OK`` are returned, each as a :class:`Condition`.
+other than ``OK`` are returned, each as a
+:class:`instanceha.engine.model.HardwareCondition`.
 
 Cost: one read of the system, plus two per linked chassis (usually one).
 """
 
 from collections.abc import Iterator
-import dataclasses
+
+from instanceha.engine import model
 
 #: Redfish health values that are a condition (``OK`` is not).
 CONDITIONS = ('Warning', 'Critical')
-
-
-@dataclasses.dataclass(frozen=True)
-class Condition:
-    """One hardware condition a BMC reported."""
-
-    #: ``system``, ``memory``, ``power_supply`` or ``thermal``.
-    kind: str
-    #: ``Warning`` or ``Critical`` (Redfish's words).
-    health: str
-    #: Which part, as the BMC names it (e.g. ``PSU 2``).
-    part: str
-
-    def describe(self) -> str:
-        return '%s %s %s' % (self.kind, self.part, self.health)
 
 
 def _health(status: dict | None, rollup: bool = False) -> str | None:
@@ -62,30 +49,31 @@ def _get(conn, path: str) -> dict | None:
         return None
 
 
-def _members(body: dict | None, key: str, kind: str) -> Iterator[Condition]:
+def _members(body: dict | None, key: str,
+             kind: str) -> Iterator[model.HardwareCondition]:
     for i, part in enumerate((body or {}).get(key) or ()):
         health = _health(part.get('Status'))
         if health:
             name = part.get('Name') or part.get('MemberId') or str(i)
-            yield Condition(kind, health, str(name))
+            yield model.HardwareCondition(kind, health, str(name))
 
 
-def read(system) -> tuple[Condition, ...]:
+def read(system) -> tuple[model.HardwareCondition, ...]:
     """The conditions of a sushy ``System`` (refreshed here)."""
     system.refresh(force=True)
     body = system.json
     found = []
     health = _health(body.get('Status'))
     if health:
-        found.append(Condition('system', health, 'system'))
+        found.append(model.HardwareCondition('system', health, 'system'))
     rollup = _health(body.get('Status'), rollup=True)
     if rollup and rollup != health:
-        found.append(Condition('system', rollup, 'rollup'))
+        found.append(model.HardwareCondition('system', rollup, 'rollup'))
     memory = _health((body.get('MemorySummary') or {}).get('Status'),
                      rollup=True) or _health(
         (body.get('MemorySummary') or {}).get('Status'))
     if memory:
-        found.append(Condition('memory', memory, 'memory'))
+        found.append(model.HardwareCondition('memory', memory, 'memory'))
     conn = system._conn
     for link in (body.get('Links') or {}).get('Chassis') or ():
         chassis = link.get('@odata.id')
