@@ -78,6 +78,16 @@ class HostSide:
         env = self.engine.env
         return bool(env.coordinator.is_leader() and not env.guard.halted)
 
+    def proven_for(self) -> float:
+        """Seconds this copy's leadership is proven for (listener thread).
+
+        The listener counts an armed host's watchdog only across answers
+        whose proofs overlap: no other copy can have answered between.
+        """
+        if not self._leads():
+            return 0.0
+        return self.engine.env.coordinator.proven_for()
+
     def _pause_left(self) -> float | None:
         pause = getattr(getattr(self.engine, 'pause', None), 'active', None)
         if pause is None:
@@ -138,6 +148,7 @@ class HostSide:
         if listener is None:
             return
         if getattr(listener, 'answerer', None) is None:
+            listener.leadership = self.proven_for
             listener.answerer = self.answer
         self.refresh()
 

@@ -141,6 +141,15 @@ class HeartbeatListener:
         #: policy and the pause, or None when this copy does not lead
         #: (then nothing is answered). Set by the service's wiring.
         self.answerer: Callable[[str], protocol.Answer | None] | None = None
+        #: Seconds from now this copy's leadership is proven for (the
+        #: coordinator's ``proven_for``), set with the answerer. No other
+        #: copy can answer before that moment has passed, so answers
+        #: whose proofs overlap belong to one uninterrupted leadership;
+        #: None: no proof, no watchdog is ever counted on.
+        self.leadership: Callable[[], float] | None = None
+        #: Until when (monotonic) the leadership proven at the latest
+        #: answer lasts.
+        self._proven_until: float | None = None
         #: host -> when this copy last sent it an answer (monotonic).
         self._answered: dict[str, float] = {}
         #: host -> when this copy last told it instance HA is paused.
@@ -217,10 +226,17 @@ class HeartbeatListener:
         if answer is None:
             self.leading_since = None
             return
-        if self.leading_since is None:
+        now = self._clock()
+        proven = self.leadership() if self.leadership is not None else 0.0
+        if (self.leading_since is None or self._proven_until is None
+                or now > self._proven_until):
             # Set at the first answer, never earlier: what is counted
-            # from it errs late, the safe side.
+            # from it errs late, the safe side. A gap in the proof of
+            # leadership (a lost lease, another copy that may have led
+            # and answered meanwhile, unseen here because no heartbeat
+            # came) starts over too.
             self.leading_since = record.received
+        self._proven_until = now + proven
         if reply is None:
             return
         if hb.version == protocol.VERSION:
@@ -271,7 +287,8 @@ class HeartbeatListener:
         while this copy led and after this copy last told the host
         instance HA is paused (an agent released its watchdog then; only
         a later heartbeat says it armed again), and this copy has
-        answered the host since it leads. Everything else
+        answered the host since it leads, its leadership proven without
+        a gap from then to now (:attr:`leadership`). Everything else
         leaves the host to the other fencing levels.
         """
         rec = self._table.get(host)
@@ -281,7 +298,10 @@ class HeartbeatListener:
         last = self._answered.get(host)
         since = self.leading_since
         released = self._released.get(host)
+        proven = self._proven_until
         current = bool(report.watchdog == protocol.WD_ARMED
+                       and self.leadership is not None
+                       and proven is not None and self._clock() <= proven
                        and report.deadline > 0
                        and report.deadline >= min_deadline
                        and since is not None

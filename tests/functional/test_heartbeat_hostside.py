@@ -18,6 +18,7 @@ leading copy does while the test says it leads. Isolation addresses are
 real TCP listeners on loopback the test closes to cut the "network".
 """
 
+import math
 import os
 import select
 import socket
@@ -51,6 +52,9 @@ class HostSideFixture(base.HeartbeatFixture):
         self.leader = Leader()
         self.lst = self.listener()
         self.lst.answerer = self.leader
+        # A leader without a lease proves its leadership without end.
+        self.lst.leadership = lambda: (math.inf if self.leader.leading
+                                       else 0.0)
 
     def gateway(self):
         """A loopback 'isolation address': open until closed."""

@@ -64,6 +64,9 @@ class TestAnswers(testtools.TestCase):
         self.pause = None
         self.lst.answerer = lambda host: (p.Answer(
             policy=POLICY, pause=self.pause) if self.leading else None)
+        #: Leadership proven for this long at each answer (the lease).
+        self.proven = 15.0
+        self.lst.leadership = lambda: self.proven if self.leading else 0.0
         self.agent = Agent(clock=self.clock)
 
     def send(self, data):
@@ -149,6 +152,38 @@ class TestAnswers(testtools.TestCase):
         view = self.lst.watchdog('h1')
         self.assertEqual(self.clock.mono, self.lst.leading_since)
         self.assertTrue(view.current)
+
+    def test_a_gap_in_the_proof_of_leadership_forgets_earlier_answers(self):
+        # h1 answered, then silent. This copy's lease lapses and comes
+        # back while no heartbeat reaches it: another copy may have led
+        # and answered h1 meanwhile, which h1's watchdog then counts
+        # from. Nothing seen here says so but the proof's gap.
+        armed = p.Report(watchdog=p.WD_ARMED, deadline=60.0)
+        self.send(self.agent.beat(armed))
+        self.assertTrue(self.lst.watchdog('h1').current)
+        self.clock.advance(self.proven + 1)
+        self.assertFalse(self.lst.watchdog('h1').current)
+        # Leading again, seen at another host's heartbeat: a new term.
+        self.send(Agent(host='h2', clock=self.clock).beat(armed))
+        self.assertFalse(self.lst.watchdog('h1').current)
+        self.assertTrue(self.lst.watchdog('h2').current)
+
+    def test_answers_whose_proofs_overlap_keep_the_count(self):
+        armed = p.Report(watchdog=p.WD_ARMED, deadline=60.0)
+        self.send(self.agent.beat(armed))
+        other = Agent(host='h2', clock=self.clock)
+        for _ in range(10):  # 50 s of h2's heartbeats, h1 silent
+            self.clock.advance(5)
+            self.send(other.beat())
+        view = self.lst.watchdog('h1')
+        self.assertTrue(view.current)
+        self.assertEqual(100.0 + 60.0, view.reset_by)
+
+    def test_no_leadership_proof_counts_no_watchdog(self):
+        self.lst.leadership = None
+        self.send(self.agent.beat(p.Report(watchdog=p.WD_ARMED,
+                                           deadline=60.0)))
+        self.assertFalse(self.lst.watchdog('h1').current)
 
     def test_no_watchdog_view_without_one(self):
         self.send(self.agent.beat())

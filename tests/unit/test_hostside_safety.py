@@ -118,6 +118,7 @@ class World:
         self.lst.answerer = lambda host: (p.Answer(
             policy=self.policy, pause=600.0 if self.paused else None)
             if self.leading else None)
+        self.lst.leadership = lambda: 1e9 if self.leading else 0.0
 
     def advance(self, dt):
         target = self.now + dt
