@@ -39,6 +39,7 @@ from instanceha.engine import guard
 from instanceha.engine import ports
 from instanceha.engine import recovery
 from instanceha.engine import runner
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -50,9 +51,14 @@ def make_cloud(conf) -> ports.CloudPort:
     return nova.NovaCloud(conf)
 
 
-def make_fencer(conf, clock: ports.Clock | None = None) -> ports.Fencer:
+def make_fencer(conf, clock: ports.Clock | None = None,
+                watchdogs: watchdogs_mod.WatchdogWatch | None = None
+                ) -> ports.Fencer:
+    """The fencing topology; ``watchdogs`` for its watchdog levels."""
+    from instanceha.plugins.fencing import devices
     from instanceha.plugins.fencing import topology
-    return topology.Topology.from_conf(conf, clock=clock)
+    return topology.Topology.from_conf(
+        conf, clock=clock, devices=devices.DeviceFactory(clock, watchdogs))
 
 
 def make_notifications(conf):
@@ -139,7 +145,7 @@ def build(conf, drivers, *, cloud=None, fencer=None, coordinator=None,
     env = guard.assemble(
         cloud=cloud or make_cloud(conf),
         clock=clock,
-        fencer=fencer or make_fencer(conf, clock),
+        fencer=fencer or make_fencer(conf, clock, heartbeat),
         coordinator=coordinator or make_coordinator(conf),
         events=fan_out,
         executor=executor,

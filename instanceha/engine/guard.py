@@ -105,7 +105,9 @@ class PowerProof:
         """Return when the host is proven off now; else raise.
 
         A reading proves the host off for :data:`PROOF_TTL` seconds, or
-        for its own shorter ``valid_for`` (a crash dump's message).
+        for its own shorter ``valid_for`` (a crash dump's message); a
+        reading with a deadline (``wait_left``, a watchdog's) proves
+        nothing before that deadline has passed.
 
         :raises PowerUnproven: with what was read (``on``: it runs).
         """
@@ -113,7 +115,10 @@ class PowerProof:
                 self._clock.monotonic() <= self.proven_until):
             return
         reading = self._read()
-        if not reading.off:
+        if not reading.off or (reading.wait_left is not None
+                               and reading.wait_left > 0):
+            # A deadline-based level (a watchdog) counts only once its
+            # deadline has passed now, whatever it claims.
             raise PowerUnproven(reading)
         ttl = PROOF_TTL if reading.valid_for is None else max(
             0.0, min(PROOF_TTL, reading.valid_for))

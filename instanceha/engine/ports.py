@@ -279,6 +279,8 @@ class PowerReading:
     #: usual :data:`instanceha.engine.guard.PROOF_TTL` (a crash dump's
     #: message proves less: see :data:`instanceha.engine.guard.KDUMP_FRESH`).
     valid_for: float | None = None
+    #: Seconds left to a watchdog level's deadline (> 0: no proof yet).
+    wait_left: float | None = None
 
 
 class Fencer(abc.ABC):

@@ -42,6 +42,7 @@ from typing import Any
 from oslo_config import cfg
 
 from instanceha.engine import ports
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha.plugins.fencing import base
 from instanceha.plugins.fencing import devices
 from instanceha.sim import world as sim_world
@@ -142,8 +143,9 @@ class SimDeviceFactory(devices.DeviceFactory):
     """
 
     def __init__(self, world: sim_world.World,
-                 clock: ports.Clock | None = None):
-        super().__init__(clock or world.clock)
+                 clock: ports.Clock | None = None,
+                 watchdogs: watchdogs_mod.WatchdogWatch | None = None):
+        super().__init__(clock or world.clock, watchdogs)
         self.world = world
 
     def driver_class(self, name: str, option: str) -> type[base.FencingDriver]:
@@ -154,6 +156,10 @@ class SimDeviceFactory(devices.DeviceFactory):
     def create(self, cls: type[base.FencingDriver], conf: cfg.ConfigOpts,
                host: str, params: Mapping[str, Any],
                device: str) -> base.FencingDriver:
+        if cls.counts_watchdogs:
+            # Nothing to simulate: it reads what the copy's heartbeat
+            # listener heard of the world's agents, as in production.
+            return super().create(cls, conf, host, params, device)
         if not issubclass(cls, SimFencing):
             params = dict(params)
             target = str(params.pop(SIMULATE, None) or host)

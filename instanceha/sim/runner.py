@@ -41,6 +41,7 @@ from instanceha.daemon import shutdown_handler as sim_shutdown
 from instanceha.engine import guard
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import ports
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha import exceptions
 from instanceha.ops import maintenance
 from instanceha.plugins import loader
@@ -247,16 +248,17 @@ class Simulation(sim_timeline.Timeline):
         copy.executor = self._executor(name)
         copy.executor.workers = conf.workers
         clock = self._service_clock()
+        heartbeat = sim_shutdown.find_detector(drivers)
         env = guard.assemble(
             cloud=_CycleCloud(self.cloud, copy.new_cycle,
                               self.snapshot_calls),
             clock=clock,
-            fencer=self._fencer_factory(conf, clock),
+            fencer=self._fencer_factory(conf, clock, watchdogs=heartbeat),
             coordinator=sim_coord.SimCoordinator(self.election, name),
             events=sim_events.RecordingSink(self.log, name),
             executor=copy.executor, kdump=kdump, listeners=listeners,
             pause=self.pause_store,
-            announcements=sim_shutdown.find_detector(drivers))
+            announcements=heartbeat)
         self.world.actor = name
         factory = self._engine_factory or engine_class()
         try:
@@ -281,16 +283,19 @@ class Simulation(sim_timeline.Timeline):
             self.readonly.discard(name)
         self.election.join(name)
 
-    def make_fencer(self, conf: cfg.ConfigOpts,
-                    clock: ports.Clock) -> ports.Fencer:
+    def make_fencer(self, conf: cfg.ConfigOpts, clock: ports.Clock,
+                    watchdogs: watchdogs_mod.WatchdogWatch | None = None
+                    ) -> ports.Fencer:
         """The production fencing topology, with the world's devices.
 
-        Every device and the topology run on ``clock``, the copy's own.
+        Every device and the topology run on ``clock``, the copy's own;
+        its watchdog levels read ``watchdogs`` (the copy's heartbeat
+        detector, whose listener hears the world's agents).
         """
         from instanceha.plugins.fencing import topology
         return topology.Topology.from_conf(
-            conf, clock=clock,
-            devices=sim_fencing.SimDeviceFactory(self.world, clock))
+            conf, clock=clock, devices=sim_fencing.SimDeviceFactory(
+                self.world, clock, watchdogs))
 
     def _service_clock(self) -> ports.Clock:
         """The clock of a copy of the service (the world's, skewed)."""

@@ -65,6 +65,7 @@ import logging
 from instanceha.engine import model
 from instanceha.engine import reasons
 from instanceha.engine import shutdown
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha import exceptions
 from instanceha.heartbeat import keys
 from instanceha.heartbeat import listener as listener_mod
@@ -100,7 +101,7 @@ def start_listener(lst, option: str) -> None:
             'option %s: %s' % (option, exc.strerror or exc)) from None
 
 
-class HeartbeatDetector(base.Detector):
+class HeartbeatDetector(base.Detector, watchdogs_mod.WatchdogWatch):
     """Alive while the host's agent beats; failed once it stopped."""
 
     description = ('signed UDP heartbeats from instanceha-heartbeat-agent: '
@@ -267,6 +268,30 @@ class HeartbeatDetector(base.Detector):
 
     def now(self) -> float:
         return self.listener.now()
+
+    # -- the watchdog fencing level's source ----------------------------
+
+    def watchdog_wait(self, host: str,
+                      min_deadline: float) -> watchdogs_mod.WatchdogWait:
+        """The host's watchdog as this copy may count on it now."""
+        lst = self.listener
+        view = lst.watchdog(host, min_deadline) if lst is not None else None
+        if view is None:
+            return watchdogs_mod.WatchdogWait(
+                counted=False, left=None, detail='it never announced an '
+                'armed watchdog to this copy')
+        if not view.current:
+            return watchdogs_mod.WatchdogWait(
+                counted=False, left=None, detail='its watchdog (deadline '
+                '%.0f s) is not one this copy may count on: released, '
+                'shorter than [heartbeat] watchdog_min_deadline (%.0f s), '
+                'or not announced and answered while this copy leads'
+                % (view.deadline, min_deadline))
+        now = lst.now()
+        return watchdogs_mod.WatchdogWait(
+            counted=True, left=view.reset_by - now,
+            detail='armed with a deadline of %.0f s, last answered %.0f s '
+            'ago' % (view.deadline, now - view.last_answer))
 
     @property
     def poweroff_grace(self) -> float:

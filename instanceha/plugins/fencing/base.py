@@ -44,6 +44,7 @@ from oslo_config import cfg
 
 from instanceha.adapters import clock as clock_mod
 from instanceha.engine import ports
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha import exceptions
 from instanceha.plugins import base
 
@@ -211,6 +212,15 @@ class FencingDriver(base.Driver):
     #: True when parameters not in PARAMS are passed on to the device
     #: (fence-agent); the driver then checks them itself.
     PASS_THROUGH = False
+    #: Declared by a level that proves a host off by a deadline rather
+    #: than a device (the host's own watchdog): the device factory gives
+    #: it :attr:`watchdogs`, and the chain reads :meth:`deadline_left`
+    #: with every reading so the power proof can refuse one whose
+    #: deadline has not passed.
+    counts_watchdogs = False
+    #: What the heartbeat listener knows of the hosts' watchdogs (set by
+    #: the device factory for a driver that :attr:`counts_watchdogs`).
+    watchdogs: watchdogs_mod.WatchdogWatch | None = None
     #: Time as this driver must see it (poll, sleep, deadlines). The
     #: device factory that builds the driver sets the environment's
     #: clock; the wall clock is only the default for a driver built by
@@ -325,6 +335,13 @@ class FencingDriver(base.Driver):
     def remaining(self, deadline: float) -> float:
         """Seconds left until ``deadline`` (on ``self.clock``), never < 0."""
         return max(0.0, deadline - self.clock.monotonic())
+
+    def deadline_left(self) -> float:
+        """Seconds until this level's deadline has passed (<= 0: passed).
+
+        Only called where :attr:`counts_watchdogs` is declared.
+        """
+        raise NotImplementedError(type(self).__name__)
 
     # -- what a driver implements ------------------------------------------
 

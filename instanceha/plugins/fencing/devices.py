@@ -28,6 +28,7 @@ from oslo_config import cfg
 
 from instanceha.adapters import clock as clock_mod
 from instanceha.engine import ports
+from instanceha.engine import watchdogs as watchdogs_mod
 from instanceha import exceptions
 from instanceha.plugins.fencing import base
 from instanceha.plugins import loader
@@ -38,8 +39,12 @@ NAMESPACE = 'instanceha.fencing'
 class DeviceFactory:
     """Builds fencing devices by driver name, on the given clock."""
 
-    def __init__(self, clock: ports.Clock | None = None):
+    def __init__(self, clock: ports.Clock | None = None,
+                 watchdogs: watchdogs_mod.WatchdogWatch | None = None):
         self.clock = clock or clock_mod.SystemClock()
+        #: Given to the devices that declare ``counts_watchdogs`` (the
+        #: heartbeat detector; None: none configured).
+        self.watchdogs = watchdogs
 
     def driver_class(self, name: str, option: str) -> type[base.FencingDriver]:
         """The class the fencing file's ``driver: name`` means.
@@ -66,4 +71,6 @@ class DeviceFactory:
         """One device of one host, not yet validated, on this clock."""
         drv = cls(conf, host, params, device=device)
         drv.clock = self.clock
+        if cls.counts_watchdogs:
+            drv.watchdogs = self.watchdogs
         return drv

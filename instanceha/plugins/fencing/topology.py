@@ -353,7 +353,8 @@ class Topology(ports.Fencer):
             if all(st == 'off' for st in states):
                 return ports.PowerReading(
                     host=host, off=True, detail='level %d reports off: %s'
-                    % (index, ', '.join(said[-len(devices):])), level=index)
+                    % (index, ', '.join(said[-len(devices):])), level=index,
+                    wait_left=_wait_left(devices))
             seen_on = seen_on or all(st == 'on' for st in states)
         return ports.PowerReading(host=host, off=False, on=seen_on,
                                   detail=', '.join(said))
@@ -381,6 +382,15 @@ def _stop_file(file: config.FencingFile) -> None:
                 except Exception as exc:  # noqa: release the others
                     LOG.warning('host %s device %s: releasing it failed: %s',
                                 drv.host, drv.device, drv.redact(str(exc)))
+
+
+def _wait_left(level: list[base.FencingDriver]) -> float | None:
+    """The latest deadline of a level's deadline-based devices, if any.
+
+    Read again with the reading, for the power proof to check itself.
+    """
+    waits = [drv.deadline_left() for drv in level if drv.counts_watchdogs]
+    return max(waits) if waits else None
 
 
 def _signature(level: list[base.FencingDriver]) -> tuple:
