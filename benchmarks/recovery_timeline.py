@@ -57,7 +57,9 @@ everything as JSON with ``--json`` (or into ``--json-file``)::
     ... --runs 5 --strategy smart --poll 15 --delta 10 --json-file out.json
 
 Nova's time is compressed the way the functional tests compress it
-(``report_interval`` 2 s, ``service_down_time`` 6 s). Use it under the
+(``report_interval`` 2 s, ``service_down_time`` 6 s; ``--report-interval
+10 --service-down-time 60`` for Nova's defaults), and the service is told
+Nova's ``service_down_time``. Use it under the
 shared lock: it starts keystone, nova and the BMCs (about 400 MB).
 """
 
@@ -305,8 +307,10 @@ class Bench(object):
     def start(self):
         a = self.args
         self.keystone = self.use(peers.KeystonePeer())
-        self.nova = self.use(peers.NovaPeer(hosts=a.hosts,
-                                            keystone=self.keystone))
+        self.nova = self.use(peers.NovaPeer(
+            hosts=a.hosts, keystone=self.keystone,
+            report_interval=a.report_interval,
+            service_down_time=a.service_down_time))
         self.bmc = self.use(ipmi_peer.IpmiBmcPeer(hosts=self.nova.hosts,
                                                   nova=self.nova))
         self.client = self.nova.client()
@@ -321,8 +325,11 @@ class Bench(object):
 
     def start_service(self, strategy: str):
         a = self.args
+        # Nova's own service_down_time, as an operator tells it (--set
+        # detection.nova_service_down_time=0 reads every interval).
         options = {'poll': a.poll, 'delta': a.delta,
-                   'evacuation.strategy': strategy}
+                   'evacuation.strategy': strategy,
+                   'detection.nova_service_down_time': a.service_down_time}
         options.update(dict(kv.split('=', 1) for kv in a.set))
         conf = service_config(self.dir, self.keystone, self.proxy, self.bmc,
                               self.nova.hosts, options)
@@ -591,6 +598,13 @@ def main(argv=None) -> int:
     p.add_argument('--servers', type=int, default=12)
     p.add_argument('--poll', type=int, default=15)
     p.add_argument('--delta', type=int, default=10)
+    p.add_argument('--report-interval', type=int, default=2,
+                   help='Nova\'s report_interval (default 2; Nova\'s own '
+                        'default is 10)')
+    p.add_argument('--service-down-time', type=int, default=6,
+                   help='Nova\'s service_down_time (default 6; Nova\'s '
+                        'own default is 60); told to the service as '
+                        '[detection] nova_service_down_time')
     p.add_argument('--steady', type=float, default=30.0,
                    help='seconds of steady state measured before each '
                         'failure (default 30)')

@@ -130,10 +130,10 @@ BASE_MIX = ('host', 'return', 'bmc', 'nova', 'leader', 'operator', 'rebuild',
 EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
              'marker', 'skew')
 #: Settings drawn from a third stream (seeds found before still build the
-#: same stories): reads: services reads scheduled by heartbeats
-#: (``[detection] nova_service_down_time`` set to Nova's value, too long
-#: or too short), the hosts' heartbeats spread over Nova's report
-#: interval or not.
+#: same stories): reads: ``[detection] nova_service_down_time`` set to 0
+#: (the services read every interval), too long or too short (the
+#: default, 60, is Nova's value in the simulator), the hosts' heartbeats
+#: spread over Nova's report interval or not.
 SETTINGS_MIX = ('reads',)
 MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
 #: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
@@ -186,7 +186,7 @@ class Case(kinds.KindsStream):
         if 'reads' in mix and sr.random() < 0.35:
             # Nova's service_down_time in the simulator is 60 s.
             self.options['detection.nova_service_down_time'] = str(
-                sr.choice([60, 60, 90, 30]))
+                sr.choice([0, 60, 90, 30]))
             self.spread = sr.random() < 0.5
         self.timeline: list[tuple[float, str, tuple[str, ...]]] = []
         self.operator: dict[str, str | None] = {}

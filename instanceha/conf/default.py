@@ -26,9 +26,11 @@ OPTS = [
                     'disabled or down (POLL in Red Hat InstanceHA). Each full read '
                     'judges every such host again. A host that fails is '
                     'read in full at once, whatever the poll phase: the '
-                    'compute services alone are read every [detection] '
-                    'services_interval. While every host is healthy only '
-                    'that small read is made.'),
+                    'compute services alone are read as soon as a host\'s '
+                    'heartbeat could show it failed (see [detection] '
+                    'nova_service_down_time), and at least once a poll. '
+                    'While every host is healthy only that small read is '
+                    'made.'),
     cfg.IntOpt('delta', default=30, min=1, max=86400,
                help='A compute service whose heartbeat (updated_at) is older '
                     'than this many seconds is failed even if Nova still '

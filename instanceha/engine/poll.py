@@ -41,7 +41,11 @@ class Poll(handback.HandBack):
     """The cycle: snapshot, adoption, hand-back, plan, new workflows."""
 
     def _detection_opt(self, name: str) -> float:
-        """A ``[detection]`` number; 0 (its default) when not set."""
+        """A ``[detection]`` number; 0 when the conf has no such option.
+
+        (A conf without ``[detection]`` is a bare one of a test: the
+        service's options always have them, with their defaults.)
+        """
         try:
             return float(getattr(self.conf.detection, name) or 0.0)
         except (AttributeError, KeyError, TypeError,
@@ -103,8 +107,8 @@ class Poll(handback.HandBack):
     def _read_need(self) -> str:
         """What the services are needed for now (see :mod:`.watch`).
 
-        Always :data:`watch.NOW` (every interval) unless ``[detection]
-        nova_service_down_time`` is set.
+        Always :data:`watch.NOW` (every interval) when ``[detection]
+        nova_service_down_time`` is 0.
         """
         if self._watch.down is None:
             return watch.NOW

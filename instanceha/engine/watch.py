@@ -29,8 +29,9 @@ Between full reads the engine's picture gets each services read, so a
 host waiting to come back is enabled as soon as Nova reports it up.
 
 With ``[detection] nova_service_down_time`` set (Nova's own
-``service_down_time``; 0, the default, leaves all of this off), the
-services are read every interval only while something needs them:
+``service_down_time``, 60 by default as Nova's; 0 leaves all of this
+off), the services are read every interval only while something needs
+them:
 
 * every interval (:data:`NOW`) while a read is owed: a write of ours not
   yet read back, a host evacuated or to be powered on (a power-on waits

@@ -102,6 +102,9 @@ class Cloud(fixtures.Fixture):
             'coordination': {'backend_url': 'file://%s/coord' % self.dir,
                              'heartbeat_interval': 0.5, 'lease_time': 3},
             'health': {'port': peer_base.free_port()},
+            # Nova's own service_down_time, as an operator tells it.
+            'detection': {
+                'nova_service_down_time': self.nova.service_down_time},
         }
         for key, value in self.options.items():
             group, _, name = key.rpartition('.')

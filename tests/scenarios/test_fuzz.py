@@ -41,7 +41,7 @@ new leader counted the host as looked after for good, and the instance
 stayed locked) is fixed: a host shields our locks on its instances only
 while a job of ours evacuates or watches them (case
 rebuild-fails-then-leader-crash-left-disabled). The smoke run also varies
-settings (``SETTINGS_MIX``): services reads scheduled by heartbeats.
+settings (``SETTINGS_MIX``): how the services are read.
 
 It also runs every other workflow kind and operator command
 (``KINDS_MIX``: announced shutdowns under each policy, instance crashes,

@@ -355,7 +355,8 @@ class TestInTheSimulator(testtools.TestCase):
         return sim.counter.by_kind(since).get('read_services', 0)
 
     def test_steady_state_reads_only_the_services(self):
-        sim, _ = self.run_case(45, '', services_interval=1)
+        sim, _ = self.run_case(45, '', services_interval=1,
+                               nova_service_down_time=0)
         # One full read at start-up, then the services alone: one call a
         # read, never the servers or aggregates while all are healthy.
         self.assertEqual(1, len(sim.snapshot_calls))
@@ -364,8 +365,8 @@ class TestInTheSimulator(testtools.TestCase):
     def test_steady_state_reads_when_a_host_could_turn(self):
         # Told Nova's service_down_time: the services are read when a
         # heartbeat could turn (here: Nova's 60 s, delta is 300 s), and
-        # once a poll; the engine's default reads them every tick.
-        every, _ = self.run_case(45, '')
+        # once a poll (the default); with 0 they are read every tick.
+        every, _ = self.run_case(45, '', nova_service_down_time=0)
         told, _ = self.run_case(45, '', nova_service_down_time=60)
         self.assertEqual(1, len(every.snapshot_calls))
         self.assertEqual(1, len(told.snapshot_calls))
@@ -403,7 +404,8 @@ class TestInTheSimulator(testtools.TestCase):
                 timeline = ('%s stop-compute compute-1\n'
                             '%s stop-compute compute-2\n'
                             % (stop, stop + 400))
-                every, expected = self.run_case(600, timeline, delta=delta)
+                every, expected = self.run_case(600, timeline, delta=delta,
+                                                nova_service_down_time=0)
                 told, result = self.run_case(600, timeline, delta=delta,
                                              nova_service_down_time=60)
                 why = 'stop at %s, delta %s' % (stop, delta)
@@ -419,7 +421,8 @@ class TestInTheSimulator(testtools.TestCase):
         # The host evacuated and left disabled waits for an operator:
         # the same story, and from then on reads as if all were healthy.
         case = os.path.join(os.path.dirname(CASE), 'r11-leave-disabled')
-        every, expected = self.run_case(15, None, case=case)
+        every, expected = self.run_case(15, None, case=case,
+                                        nova_service_down_time=0)
         told, result = self.run_case(15, None, case=case,
                                      nova_service_down_time=60)
         self.assertEqual(expected.lines, result.lines)
