@@ -551,22 +551,34 @@ def attach(service) -> Callable[[], None]:
 
 def _capacity_check(service, metrics: metrics_mod.Metrics,
                     monitor: Monitor) -> Callable[[], None]:
-    """Start the periodic failover capacity check if configured.
+    """Start the leader's periodic checks that are configured.
 
-    Returns the function that stops it.
+    The failover capacity (``[capacity] check_interval``) and proactive
+    evacuation (``[proactive] interval``). Returns the function that
+    stops them.
     """
     from instanceha.daemon import capacity
 
+    from instanceha.daemon import proactive
+
     conf = service.engine.conf
-    if not conf.capacity.check_interval:
-        return lambda: None
+    checks = []
+    if conf.capacity.check_interval:
+        def publish(report, short) -> None:
+            metrics.set_capacity(report, short)
+            monitor.capacity_short = short
 
-    def publish(report, short) -> None:
-        metrics.set_capacity(report, short)
-        monitor.capacity_short = short
+        checks.append(capacity.CapacityCheck(
+            conf, service.env.cloud, service.engine.drivers, service.events,
+            publish, leading=monitor.leader))
+    if conf.proactive.interval:
+        checks.append(proactive.ProactiveCheck(
+            conf, service.env, service.engine.drivers,
+            leading=monitor.leader))
+    for check in checks:
+        check.start()
 
-    check = capacity.CapacityCheck(
-        conf, service.env.cloud, service.engine.drivers, service.events,
-        publish, leading=monitor.leader)
-    check.start()
-    return check.stop
+    def stop() -> None:
+        for check in checks:
+            check.stop()
+    return stop

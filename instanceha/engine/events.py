@@ -97,6 +97,13 @@ Names (``host`` is set on all but the cycle-level ones):
                           ``[capacity] minimum_tolerance``: ``minimum``,
                           ``domains`` (name:N+k each); once per change
 ``capacity_met``          every domain meets the minimum again
+``hardware_condition``    a host's BMC reports conditions to warn about:
+                          ``conditions``
+``proactive_evacuation``  a host is put into maintenance for its hardware
+                          conditions (live migration, no fencing):
+                          ``conditions``
+``proactive_held``        a host would be emptied but a gate says no:
+                          ``conditions``, ``reason``
 ``snapshot_failed``       ``reason``: Nova could not be read this cycle;
                           ``held``: hosts not fenced until a cycle reads
                           Nova again (their plan may be stale)
@@ -190,6 +197,9 @@ PLAN_BLOCKED = 'plan_blocked'
 PLAN_UNBLOCKED = 'plan_unblocked'
 CAPACITY_SHORT = 'capacity_short'
 CAPACITY_MET = 'capacity_met'
+HARDWARE_CONDITION = 'hardware_condition'
+PROACTIVE_EVACUATION = 'proactive_evacuation'
+PROACTIVE_HELD = 'proactive_held'
 STEP_ERROR = 'step_error'
 SHUTDOWN = 'shutdown'
 PAUSED = 'paused'
@@ -225,7 +235,8 @@ WARNINGS = frozenset({FENCE_PENDING, EVACUATE_REFUSED, EVACUATE_SKIPPED,
                       PROCESS_FAILURE, PROCESS_FAILURE_HELD,
                       INSTANCE_CRASHED, INSTANCE_RECOVERY_FAILED,
                       INSTANCE_GAVE_UP, INSTANCE_FAILURE_HELD,
-                      SHUTDOWN_OVERDUE, CAPACITY_SHORT})
+                      SHUTDOWN_OVERDUE, CAPACITY_SHORT, HARDWARE_CONDITION,
+                      PROACTIVE_EVACUATION, PROACTIVE_HELD})
 
 
 def _value(v) -> str:
