@@ -25,7 +25,8 @@ import re
 #: Invariant names, from the simulator's CHECK messages.
 INVARIANTS = (
     ('leader-only', re.compile(r'which is not the leader')),
-    ('fenced-before-evacuate', re.compile(r'no fencing device confirmed')),
+    ('fenced-before-evacuate', re.compile(r'no fencing device confirmed|'
+                                          r'where its guest still runs')),
     ('one-running-copy', re.compile(r'running on .* at once')),
     ('evacuated-once', re.compile(r'evacuated twice')),
     ('gate-respected', re.compile(r'although a gate blocked')),
@@ -57,7 +58,7 @@ RECOVERED = re.compile(r'^instanceha:(evacuated|powering_on|waiting_up|'
                        r'enabling|left_disabled) ')
 #: Timeline commands after which a host may rightly be fenced.
 FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
-            'kdump')
+            'kdump', 'watchdog')
 #: ... and an announced shutdown: a frozen host that does not come back
 #: in time is recovered like a failed one.
 MAY_BE_FENCED = FAILURES + ('announce',)
@@ -129,7 +130,7 @@ def watch_power_offs(world, case) -> list[tuple[str, str]]:
             # shutting down, not isolated; failover fences a rebooting
             # host for real.)
             if heartbeat and h.agent_alive and h.agent_running \
-                    and not h.beating:
+                    and not h.agent_hung and not h.beating:
                 found.append((ISOLATED_LIVES, 't=%g power off %s (device '
                               '%s) while it runs and its heartbeat gets '
                               'through' % (now, h.name, name)))

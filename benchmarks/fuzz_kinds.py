@@ -38,6 +38,17 @@ END = 900.0
 #: random moments of the stories above.
 KINDS_MIX = ('shutdown', 'instance', 'process', 'reload', 'maint',
              'opcmd', 'restarts')
+#: A fifth stream, drawn after the fourth (seeds found before still
+#: build the same stories when it is not drawn): watchdog: some hosts'
+#: agents arm a watchdog (the hosts' fencing files end with a watchdog
+#: level); one of them is cut off with its BMC unreachable, loses the
+#: service's answers one way, or its agent hangs.
+WATCHDOG_MIX = ('watchdog',)
+#: The armed hosts' deadline and the shortest one the service counts:
+#: longer than any leader change or backend outage of the other streams
+#: (up to 60 s plus a 15 s lease), so those reset nobody.
+WATCHDOG_DEADLINE = 120
+WATCHDOG_MIN = 90
 #: What an operator's reload may change (besides nothing: a plain SIGHUP).
 RELOADS = (
     (),
@@ -152,6 +163,35 @@ class KindsStream:
                      if self.moments and kr.random() < 0.8
                      else kr.uniform(20, END - 100))
                 self._leadership(min(t, END - 100), kr)
+
+    # -- the fifth stream: the hosts' watchdogs -----------------------------
+
+    def _watchdog_stream(self, seed: int) -> None:
+        """Armed hosts and what befalls one of them (``self.wr``)."""
+        wr = self.wr = random.Random(seed * 49979687 + 61)
+        if 'watchdog' not in self.mix or wr.random() >= 0.3:
+            return
+        self.kinds += ('watchdog',)
+        self._heartbeat()
+        self.options['heartbeat.watchdog_min_deadline'] = str(WATCHDOG_MIN)
+        self.watchdogs = {h: WATCHDOG_DEADLINE for h in self.hosts
+                          if wr.random() < 0.6} or {
+                              wr.choice(self.hosts): WATCHDOG_DEADLINE}
+        host = wr.choice(sorted(self.watchdogs))
+        t = wr.uniform(20, END - 400)
+        what = wr.choice(['cut', 'cut', 'answers-lost', 'hang'])
+        if what == 'cut':
+            # No BMC to prove it off: the watchdog is the proof.
+            self._at(t - 5, 'bmc', host, 'unreachable')
+            self._at(t, 'cut-network', host)
+            if wr.random() < 0.6:
+                self._at(t + wr.uniform(60, 300), 'restore-network', host)
+        else:
+            self._at(t, 'watchdog', host, what)
+            if wr.random() < 0.5:
+                self._at(t + wr.uniform(10, 200), 'watchdog', host,
+                         'answers-ok' if what == 'answers-lost'
+                         else 'unhang')
 
     def _shutdown(self, t: float, host: str) -> None:
         """A clean reboot or power-off, sometimes hung, sometimes back."""

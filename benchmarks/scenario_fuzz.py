@@ -135,12 +135,13 @@ EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
 #: default, 60, is Nova's value in the simulator), the hosts' heartbeats
 #: spread over Nova's report interval or not.
 SETTINGS_MIX = ('reads',)
-MIX_ALL = BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
+MIX_ALL = (BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
+           + kinds.WATCHDOG_MIX)
 #: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
 #: builds what the generator built before KINDS_MIX existed.
 MIX_GROUPS = {'base': BASE_MIX, 'extra': EXTRA_MIX,
               'settings': SETTINGS_MIX, 'kinds': kinds.KINDS_MIX,
-              'all': MIX_ALL}
+              'watchdogs': kinds.WATCHDOG_MIX, 'all': MIX_ALL}
 
 END = kinds.END
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
@@ -152,6 +153,8 @@ class Case(kinds.KindsStream):
     def __init__(self, seed: int, mix: tuple[str, ...] = MIX_ALL):
         self.seed = seed
         self.mix = mix
+        #: host -> its watchdog's deadline (the fifth stream, below).
+        self.watchdogs: dict[str, int] = {}
         rnd = self.rnd = random.Random(seed)
         n = rnd.randint(4, 8)
         self.zones = ['az1'] if rnd.random() < 0.5 else ['az1', 'az2']
@@ -203,6 +206,8 @@ class Case(kinds.KindsStream):
                            if k in mix and self.kr.random() < 0.3)
         self._kind_options()
         self._kind_events()
+        #: The fifth stream (WATCHDOG_MIX), drawn after the fourth.
+        self._watchdog_stream(seed)
 
     # -- the cloud ---------------------------------------------------------
 
@@ -253,6 +258,8 @@ class Case(kinds.KindsStream):
                         % state}
             if power == 'off':
                 hosts[h]['last_heartbeat'] = -600
+        for h, deadline in self.watchdogs.items():
+            hosts.setdefault(h, {})['watchdog'] = deadline
         return {
             # Commands that cannot happen at their moment are refused.
             'simulation': dict({'end': END, 'copies': self.copies,
@@ -282,6 +289,10 @@ class Case(kinds.KindsStream):
                                                'target': self.pdus[h]}]}
             else:
                 hosts[key] = bmc
+            if h in self.watchdogs:
+                levels = hosts[key].get('levels') or [hosts[key]]
+                hosts[key] = {'levels': levels + [
+                    {'driver': 'watchdog', 'name': 'watchdog'}]}
         return {'hosts': hosts}
 
     def _options(self) -> dict[str, str]:

@@ -63,10 +63,26 @@ class SimKdumpListener:
 
 
 class SimHeartbeatListener:
-    """Stands in for the heartbeat detector's UDP listener."""
+    """Stands in for the heartbeat detector's UDP listener.
 
-    def __init__(self, world: sim_world.World):
+    It also answers the agents whose hosts have a watchdog while its copy
+    leads, and keeps what the real listener keeps for the ``watchdog``
+    fencing level (:meth:`watchdog`).
+    """
+
+    def __init__(self, world: sim_world.World, copy: str | None = None):
         self.world = world
+        #: The copy of the service it belongs to.
+        self.copy = copy
+        #: host -> (arrival of its latest heartbeat, announced deadline
+        #: or None when not armed).
+        self._reports: dict[str, tuple[float, float | None]] = {}
+        #: host -> when this copy last answered it.
+        self._answered: dict[str, float] = {}
+        #: Since when this copy answers (None: it does not).
+        self.leading_since: float | None = None
+        if copy is not None:
+            world.answering[copy] = self
         self.started_at = world.clock.monotonic()
         #: The listener's socket side, always up in the simulation.
         self.udp = types.SimpleNamespace(running=True)
@@ -120,6 +136,42 @@ class SimHeartbeatListener:
     def now(self) -> float:
         return self.world.clock.monotonic()
 
+    # -- the agents' answers and watchdogs (instanceha.sim.watchdogs) ----
+
+    def hear(self, host: str, t: float, deadline: float | None) -> bool:
+        """A heartbeat of ``host``'s agent arrives; True: answered.
+
+        As the real listener: answered only while this copy leads; the
+        first answer starts its leadership's count. (The simulated
+        election has no lease to lose unseen: leadership ends only when
+        a copy stops, and nobody leads while a crashed leader's lease
+        runs.)
+        """
+        now = self.now()
+        self._reports[host] = (now, deadline)
+        if self.copy is None or not self.world.is_leader(self.copy):
+            self.leading_since = None
+            return False
+        if self.leading_since is None:
+            self.leading_since = now
+        self._answered[host] = now
+        return True
+
+    def watchdog(self, host: str, min_deadline: float = 0.0):
+        """As :meth:`HeartbeatListener.watchdog`, from what it heard."""
+        from instanceha.heartbeat import listener
+        received, deadline = self._reports.get(host, (None, None))
+        if deadline is None:
+            return None
+        last = self._answered.get(host)
+        since = self.leading_since
+        current = bool(deadline >= min_deadline and since is not None
+                       and received >= since and last is not None
+                       and last >= since)
+        return listener.WatchdogView(
+            current=current, deadline=deadline, announced=received,
+            last_answer=last, reset_by=last + deadline if current else None)
+
     def set_known_hosts(self, hosts) -> None:
         pass
 
@@ -136,6 +188,8 @@ class SimHeartbeatListener:
     def stop(self) -> None:
         if self in self.world.heartbeat_listeners:
             self.world.heartbeat_listeners.remove(self)
+        if self.world.answering.get(self.copy) is self:
+            del self.world.answering[self.copy]
 
 
 class SimKdumpWatch(ports.KdumpWatch):
@@ -155,12 +209,13 @@ class SimListeners(ports.ListenerFactory):
     factory instead of opening UDP sockets.
     """
 
-    def __init__(self, world: sim_world.World):
+    def __init__(self, world: sim_world.World, copy: str | None = None):
         self.world = world
+        self.copy = copy
 
     def heartbeat(self, endpoints, keyring, max_clock_skew,
                   log_interval) -> SimHeartbeatListener:
-        return SimHeartbeatListener(self.world)
+        return SimHeartbeatListener(self.world, self.copy)
 
     def kdump(self, endpoints, address_map,
               reverse_dns) -> SimKdumpListener:

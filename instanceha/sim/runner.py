@@ -235,7 +235,7 @@ class Simulation(sim_timeline.Timeline):
             return
         conf = self.make_conf()
         drivers = loader.load_configured(conf)
-        listeners = sim_listeners.SimListeners(self.world)
+        listeners = sim_listeners.SimListeners(self.world, name)
         for det in drivers.detectors:
             det.listeners = listeners
         for drv in drivers.all():

@@ -48,6 +48,7 @@ import shlex
 import yaml
 
 from instanceha.engine import model
+from instanceha.sim import watchdogs as sim_watchdogs
 from instanceha.sim import world as sim_world
 
 #: File options that a scenario's config gives relative to its directory.
@@ -73,6 +74,11 @@ COMMANDS = {
     'isolate': ('HOST', 'cut only the link to Nova: nova-compute looks '
                 'dead, the host\'s own heartbeat agent still gets through'),
     'unisolate': ('HOST', 'restore the link to Nova'),
+    'watchdog': ('HOST answers-lost|answers-ok|hang|unhang',
+                 'the host\'s heartbeat agent (topology: watchdog: '
+                 'SECONDS) loses the service\'s answers one way (its '
+                 'heartbeats still arrive), gets them again, hangs (no '
+                 'heartbeat, no feeding of its watchdog) or runs again'),
     'stop-compute': ('HOST', 'stop nova-compute (guests keep running)'),
     'start-compute': ('HOST', 'start nova-compute again'),
     'crash-instance': ('SERVER [loop SECONDS] [times N]',
@@ -295,6 +301,10 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
             h.compute_running = False
             h.hb_since, h.last_hb = None, spec.get('last_heartbeat', -120)
         h.fence_proof = bool(spec.get('fenced', False))
+        if spec.get('watchdog') is not None:
+            if w.watchdogs is None:
+                w.watchdogs = sim_watchdogs.Watchdogs(w)
+            w.watchdogs.add(name, float(spec['watchdog']))
         if timing.heartbeat_spread and h.hb_since is not None:
             h.hb_since = -timing.report_interval * (n - 1) / len(hosts)
         w.add_host(h)

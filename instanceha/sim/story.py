@@ -34,6 +34,7 @@ _COMMANDS = {
     'isolate': '{host} loses its link to Nova (its own heartbeat still '
                'gets through)',
     'unisolate': '{host} reaches Nova again',
+    'watchdog': 'the heartbeat agent of {host}: {change}',
     'stop-compute': 'nova-compute stops on {host} (its instances keep '
                     'running)',
     'start-compute': 'nova-compute starts again on {host}',

@@ -146,6 +146,10 @@ class Timeline:
         elif name in ('isolate', 'unisolate'):
             need(1)
             w.set_nova_link(host, name == 'unisolate')
+        elif name == 'watchdog':
+            need(2)
+            self._watchdog(where, a)
+            details['change'] = a[1]
         elif name in ('stop-compute', 'start-compute'):
             need(1)
             w.set_compute(host, name == 'start-compute')
@@ -306,6 +310,24 @@ class Timeline:
                 self.world.actor = copy.name
                 copy.reloader.reload(
                     mutate=lambda conf=copy.conf: _mutate(conf, pairs))
+
+    def _watchdog(self, where: str, a: tuple) -> None:
+        """The host's agent loses its answers, or hangs (or recovers)."""
+        dogs = self.world.watchdogs
+        if dogs is None:
+            raise sim_world.ScenarioError(
+                '%s: no host has a watchdog (topology: watchdog: SECONDS)'
+                % where)
+        dog = dogs.dog(a[0])
+        if len(a) != 2 or a[1] not in ('answers-lost', 'answers-ok', 'hang',
+                                       'unhang'):
+            raise sim_world.ScenarioError(
+                '%s: expected %s' % (where, sim_scenario.COMMANDS[
+                    'watchdog'][0]))
+        if a[1].startswith('answers'):
+            dog.answers_ok = a[1] == 'answers-ok'
+        else:
+            self.world.set_agent_hung(a[0], a[1] == 'hang')
 
     def _fencing(self, where: str, a: tuple) -> None:
         """An operator runs ``instanceha-manage fencing off|on HOST --yes``.

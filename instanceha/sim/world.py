@@ -157,6 +157,9 @@ class Host:
     kdump_end: float | None = None
     #: A fencing device confirmed this host off since it last booted.
     fence_proof: bool = False
+    #: Its watchdog reset it, and its agent has not heard the service
+    #: since (see instanceha.sim.watchdogs).
+    self_fenced: bool = False
     #: When the current failure episode began (for "evacuated twice").
     episode: int = 0
     boot_token: int = 0
@@ -164,6 +167,9 @@ class Host:
     #: until the next boot); each start is a new agent run (boot id).
     agent_running: bool = True
     agent_boot: int = 0
+    #: The heartbeat agent hangs (``watchdog HOST hang``): it sends
+    #: nothing and feeds no watchdog, the host runs on; until it reboots.
+    agent_hung: bool = False
     #: The agent's latest shutdown announcement (instanceha.sim.announce).
     announcement: object | None = None
 
@@ -311,6 +317,11 @@ class World:
         #: The copies' heartbeat listeners: what an agent announcing its
         #: shutdown hears back (see instanceha.sim.announce).
         self.heartbeat_listeners: list = []
+        #: copy -> its newest heartbeat listener, which answers the
+        #: agents while that copy leads (see instanceha.sim.watchdogs).
+        self.answering: dict = {}
+        #: The hosts' watchdogs (instanceha.sim.watchdogs), if any.
+        self.watchdogs = None
 
     # --- scheduling world events -------------------------------------
 
@@ -389,7 +400,7 @@ class World:
             self._stop_heartbeat(h)
         elif h.hb_since is None:
             h.hb_since = self.clock.t
-        if not (h.agent_alive and h.agent_running):
+        if not (h.agent_alive and h.agent_running and not h.agent_hung):
             if h.agent_since is not None:
                 h.agent_last = self.agent_last(h)
                 h.agent_since = None
@@ -430,6 +441,7 @@ class World:
         h.compute_running = True
         # A new boot starts a new agent run (a new boot id).
         h.agent_running = True
+        h.agent_hung = False
         h.agent_boot += 1
         h.episode += 1
         if h.name in self.deleted_services:
@@ -471,6 +483,20 @@ class World:
         h.boot_token += 1
         self._guests_stop(h)
         self._refresh(h)
+
+    def set_agent_hung(self, host: str, hung: bool) -> None:
+        """The host's heartbeat agent hangs (or runs again)."""
+        h = self.host(host)
+        h.agent_hung = hung
+        self._refresh(h)
+
+    def reset(self, host: str) -> None:
+        """A reset (a watchdog's): nothing runs, then the host boots."""
+        h = self.host(host)
+        self.crash(host)
+        token = h.boot_token
+        self.at(self.clock.t + self.timing.boot_time,
+                lambda: self._booted(h, token))
 
     def start_kdump(self, host: str, duration: float) -> None:
         h = self.host(host)
@@ -742,9 +768,13 @@ class World:
                     "(HTTP 400)" % srv.name, status=400)
         # The request is valid: now judge the engine for making it.
         self.check_gate('evacuate from', source.name)
-        if not source.fence_proof and not self.in_kdump(source):
+        if (not source.fence_proof and not self.in_kdump(source)
+                and not source.self_fenced):
             self.violate('evacuate %s from %s, which no fencing device '
                          'confirmed off' % (srv.name, source.name))
+        if source.name in srv.running_on:
+            self.violate('evacuate %s from %s, where its guest still runs'
+                         % (srv.name, source.name))
         for mig in self.migrations:
             # (A live or cold migration away and back, e.g. for
             # maintenance, is no evacuation.)

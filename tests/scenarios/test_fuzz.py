@@ -43,6 +43,10 @@ while a job of ours evacuates or watches them (case
 rebuild-fails-then-leader-crash-left-disabled). The smoke run also varies
 settings (``SETTINGS_MIX``): how the services are read.
 
+The hosts' watchdogs (``WATCHDOG_MIX``: armed hosts whose fencing ends
+with a watchdog level, one cut off with its BMC unreachable, losing the
+answers one way, or with a hung agent) come from a fifth stream.
+
 It also runs every other workflow kind and operator command
 (``KINDS_MIX``: announced shutdowns under each policy, instance crashes,
 nova-compute deaths on live hosts, reloads, maintenance, pause, fencing
@@ -72,7 +76,8 @@ RUNS = 200
 COMMANDS = ('power-off', 'crash', 'stop-compute', 'announce',
             'crash-instance', 'stop-instance', 'delete-instance', 'reload',
             'maintenance', 'pause', 'resume', 'fencing', 'hosts',
-            'instances', 'disable', 'enable', 'service', 'coordination')
+            'instances', 'disable', 'enable', 'service', 'coordination',
+            'watchdog')
 
 
 def load_generator():
@@ -130,7 +135,8 @@ class TestScenarioFuzz(testtools.TestCase):
             kinds.update(case.kinds)
             commands.update(name for _, name, _ in case.timeline)
             policies.add(case.options.get('shutdown.policy'))
-        self.assertEqual(set(self.gen.kinds.KINDS_MIX), kinds)
+        self.assertEqual(set(self.gen.kinds.KINDS_MIX +
+                             self.gen.kinds.WATCHDOG_MIX), kinds)
         self.assertEqual([], sorted(set(COMMANDS) - commands))
         self.assertLessEqual(set(self.gen.kinds.SHUTDOWN_POLICIES), policies)
 

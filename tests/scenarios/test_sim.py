@@ -242,9 +242,10 @@ class TestInvariants(testtools.TestCase):
         w.hosts['h1'].forced_down = True
         cloud.evacuate('vm1')
         advance(w, 30)
-        self.assertEqual(2, len(w.violations), w.violations)
+        self.assertEqual(3, len(w.violations), w.violations)
         self.assertIn('no fencing device confirmed off', w.violations[0])
-        self.assertIn('running on h1 and', w.violations[1])
+        self.assertIn('where its guest still runs', w.violations[1])
+        self.assertIn('running on h1 and', w.violations[2])
 
     def test_double_evacuation_is_caught(self):
         w = small_world()

@@ -1,0 +1,122 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The hosts' watchdogs, as physical truth of the simulated world.
+
+A host whose topology entry says ``watchdog: SECONDS`` runs a heartbeat
+agent with a watchdog of that deadline D (doc/host-side.md). Every
+``agent_interval`` its agent sends a heartbeat to every running copy of
+the service, saying whether it is armed; a copy that leads answers.
+Hearing an answer arms the watchdog and feeds it: the host resets D
+seconds after the heartbeat whose answer it last heard, unless a later
+answer comes. A reset stops the kernel and every guest at once, then the
+host boots again (``boot_time``) with a new agent run, not armed.
+
+What cuts a host off from the answers: a cut network, a crashed or
+stopped leader, answers lost one way (``watchdog HOST answers-lost``),
+an agent that hangs (``watchdog HOST hang``: it neither beats nor
+feeds). A host whose watchdog is not armed never resets by itself. A
+cleanly stopped agent releases its watchdog once a leading copy heard it
+say so (it stays armed, and resets, otherwise).
+
+The invariants of :mod:`instanceha.sim.world` (no instance runs twice)
+then check the service's ``watchdog`` fencing level: a host it counted
+off must really have reset before its instances started elsewhere.
+"""
+
+import dataclasses
+
+from instanceha.sim import world as sim_world
+
+
+@dataclasses.dataclass
+class Dog:
+    """One host's agent and watchdog device."""
+
+    deadline: float
+    #: Armed by the agent run ``run`` (it heard the service).
+    armed: bool = False
+    #: Send time of the heartbeat whose answer the agent last heard.
+    heard: float | None = None
+    run: int = -1
+    #: Answers reach the host (False: lost one way).
+    answers_ok: bool = True
+
+
+class Watchdogs:
+    """The watchdogs of one world, beating on its clock."""
+
+    def __init__(self, world: sim_world.World):
+        self.world = world
+        self.dogs: dict[str, Dog] = {}
+
+    def add(self, host: str, deadline: float) -> None:
+        if deadline <= 0:
+            raise sim_world.ScenarioError(
+                'host %s: watchdog must be a deadline in seconds > 0, got '
+                '%r' % (host, deadline))
+        self.dogs[host] = Dog(deadline=float(deadline))
+        self.world.at(0.0, lambda: self._beat(host))
+
+    def dog(self, host: str) -> Dog:
+        self.world.host(host)
+        if host not in self.dogs:
+            raise sim_world.ScenarioError(
+                'host %s has no watchdog (topology: watchdog: SECONDS)'
+                % host)
+        return self.dogs[host]
+
+    def _listeners(self) -> list:
+        return list(self.world.answering.values())
+
+    def _send(self, host: str, t: float, deadline: float | None) -> bool:
+        """One heartbeat to every copy; True when a leading one answered."""
+        answered = False
+        for lst in self._listeners():
+            answered = lst.hear(host, t, deadline) or answered
+        return answered
+
+    def _beat(self, host: str) -> None:
+        w = self.world
+        t = w.clock.t
+        w.at(t + w.timing.agent_interval, lambda: self._beat(host))
+        h, dog = w.hosts[host], self.dogs[host]
+        if dog.run != h.agent_boot:
+            dog.run, dog.armed, dog.heard = h.agent_boot, False, None
+        if not h.agent_alive or h.agent_hung:
+            return
+        if not h.agent_running:
+            # A clean stop: released once a leading copy heard it say so.
+            if dog.armed and self._send(host, t, None) and dog.answers_ok:
+                dog.armed = False
+                w.say('host', 'watchdog_released', host)
+            return
+        answered = self._send(host, t, dog.deadline if dog.armed else None)
+        if not (answered and dog.answers_ok):
+            return
+        if not dog.armed:
+            w.say('host', 'watchdog_armed', host, deadline=dog.deadline)
+        h.self_fenced = False
+        dog.armed, dog.heard = True, t
+        run = dog.run
+        w.at(t + dog.deadline, lambda: self._expire(host, t, run))
+
+    def _expire(self, host: str, heard: float, run: int) -> None:
+        """The device's deadline since a feed: it resets unless fed again."""
+        h, dog = self.world.hosts[host], self.dogs[host]
+        if (dog.run != run or not dog.armed or dog.heard != heard
+                or not h.os_running):
+            return
+        self.world.say('host', 'watchdog_reset', host,
+                       heard_at=round(heard, 3))
+        h.self_fenced = True
+        self.world.reset(host)
