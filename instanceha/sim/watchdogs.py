@@ -28,6 +28,12 @@ feeds). A host whose watchdog is not armed never resets by itself. A
 cleanly stopped agent releases its watchdog once a leading copy heard it
 say so (it stays armed, and resets, otherwise).
 
+Not modelled (each only ever makes a host reset where the real agent
+would not, never the reverse): the release of the watchdogs while
+instance HA is paused, the stand-down of a copy that stops cleanly, the
+idle grace of a host without protected instances. An agent arms as soon
+as a leading copy answers it.
+
 The invariants of :mod:`instanceha.sim.world` (no instance runs twice)
 then check the service's ``watchdog`` fencing level: a host it counted
 off must really have reset before its instances started elsewhere.

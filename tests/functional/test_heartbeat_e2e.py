@@ -68,7 +68,8 @@ class HeartbeatCloudTest(test_heartbeat.HeartbeatFixture):
 
     def heartbeat_cloud(self, options: typing.Optional[dict] = None,
                         agent_extra: typing.Optional[typing.Callable] = None,
-                        engine: bool = True) -> tuple:
+                        engine: bool = True,
+                        fencing: typing.Optional[dict] = None) -> tuple:
         """Start it all: ``(cloud, vm, agents, engine)``.
 
         ``options``: more instanceha.conf options (``group.name``: value).
@@ -76,6 +77,7 @@ class HeartbeatCloudTest(test_heartbeat.HeartbeatFixture):
         ``engine``: start the engine in this process (a StartedEngine,
         waited for until it heard every agent); otherwise ``None`` is
         returned for it and the test starts its own service.
+        ``fencing``: host -> its fencing file entry instead of its BMC.
         """
         port = free_udp_port()
         self.collectors = [('127.0.0.1', port)]
@@ -85,7 +87,7 @@ class HeartbeatCloudTest(test_heartbeat.HeartbeatFixture):
             'heartbeat.listen_addresses': ['127.0.0.1'],
             'heartbeat.port': port,
             'heartbeat.timeout': 3,
-        }, **(options or {}))))
+        }, **(options or {})), fencing=fencing))
         vm, = cloud.boot('host1')
         agents = {h: self.agent(h, self.collectors, key=self.host_key(h),
                                 interval=0.3,
