@@ -121,7 +121,8 @@ class HeartbeatDetector(base.Detector, watchdogs_mod.WatchdogWatch):
         super().__init__(conf)
         #: A HeartbeatListener; built by start() through the listener
         #: factory unless given (tests). What is used of it: started_at, now(), age(host),
-        #: set_known_hosts(hosts), udp.running, stats(), stop().
+        #: set_known_hosts(hosts), udp.running, stats(), stop(), and
+        #: watchdog(host, min_deadline) for the watchdog fencing level.
         self.listener = listener
         self._own_listener = listener is None
         self._first_seen: dict[str, float] = {}
