@@ -567,6 +567,7 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sc = case.write(directory or tmp)
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
+        sim.measure_ticks = False
         wrong_power_offs = checks.watch_power_offs(sim.world, case)
         started = time.perf_counter()
         error = None
