@@ -25,9 +25,16 @@ from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import reasons
 from instanceha.engine import tick
+from instanceha.engine import unforce
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
 from instanceha.engine.workflow import S
+
+#: The states of a recovery whose host's instances were moved: an
+#: operator who takes the host from one of them gets it without our
+#: forced_down (:mod:`instanceha.engine.unforce`).
+AFTER_EVACUATION = frozenset({S.EVACUATED, S.POWERING_ON, S.WAITING_UP,
+                              S.ENABLING, S.FAILED, S.LEFT_DISABLED})
 
 
 class HandBack(tick.Plumbing):
@@ -136,6 +143,8 @@ class HandBack(tick.Plumbing):
         else:
             why = 'enabled by an operator'
         self._transition(wf, S.HEALTHY, reason=why[:200])
+        if marker is None:
+            self._unforce_after(wf)
 
     def _hand_over(self, wf: HostWorkflow, why: str) -> None:
         """An operator took the host: our workflow ends where it stood.
@@ -159,6 +168,20 @@ class HandBack(tick.Plumbing):
             self._locks.want('host taken by an operator')
         if wf.durable.spare:
             self.drivers.reservation.forget(wf.durable.spare)
+        state = wf.state
         self._transition(wf, S.HEALTHY, reason=(
             'taken over by an operator (%s); instanceha leaves it as it is'
             % why)[:250])
+        if state in AFTER_EVACUATION:
+            self._unforce_after(wf)
+
+    def _unforce_after(self, wf: HostWorkflow) -> None:
+        """Clear the forced_down our fence left (see :mod:`.unforce`).
+
+        Only once the host's instances were moved: before that, an
+        operator who took the host may evacuate the rest by hand, which
+        Nova allows only while the host reads down.
+        """
+        svc = self.snapshot.service(wf.host) if self.snapshot else None
+        if unforce.needed(svc):
+            self._unforce.start(wf.host)

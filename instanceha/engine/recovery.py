@@ -69,6 +69,7 @@ from instanceha.engine import rebuild_pace
 from instanceha.engine import runtime
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
+from instanceha.engine import unforce
 from instanceha.engine import watch
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
@@ -132,6 +133,8 @@ class Engine(poll.Poll, steps.Steps):
         #: A dead nova-compute on a living host (asked by each cycle).
         self._process = process_failure.ProcessFailures(conf, self.env,
                                                         self.workflows)
+        #: Our forced_down lifted from hosts an operator took.
+        self._unforce = unforce.Unforcer(conf, self.env, self.workflows)
         #: Crashed instances (its own timer, every poll).
         self._instances = instance_failure.InstanceFailures(conf, drivers,
                                                             self.env)
