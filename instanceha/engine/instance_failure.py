@@ -35,28 +35,63 @@ Every Nova write passes the guarded cloud port.
 
 import dataclasses
 import datetime
+import enum
 import logging
 import typing
 
 from instanceha.conf import instance_failure as instance_failure_conf
 from instanceha.engine import events
+from instanceha.engine import instance_effects as fx
+from instanceha.engine import instance_judge as judge
 from instanceha.engine import instance_reads
 from instanceha.engine import instance_record as irec
 from instanceha.engine import model
+from instanceha.engine import ownership
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
+from instanceha.engine import runtime
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
 
+#: The poll's workflow kind in the runtime (one at a time).
+SCAN = 'instance_scan'
+_POLL = 'poll'
 
-@dataclasses.dataclass
-class Crash:
+
+class Scan(enum.Enum):
+    """A poll: read (a job), judge (a job for the actions), report."""
+
+    READ = 'read'
+    REPORT = 'report'
+    DONE = 'done'
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the tick gave a poll when it began (its state-local data)."""
+
+    snapshot: model.Snapshot
+    plan: plan_mod.Plan | None
+    busy: frozenset
+    paused: bool | typing.Callable[[], bool]
+    reads: instance_reads.Plan
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A server the poll looks at, and what it must read about it.
+
+    ``what``: ``error`` (given up on), ``progress`` (a step of ours
+    under way), ``stable`` (running since our start), ``suspect``
+    (stopped: crashed?); ``ask``: ``actions``, ``errors`` (of its
+    migration) or None.
+    """
+
+    what: str
     server: model.Server
     record: irec.Record | None
-    #: The stop no user asked for (None: a step that failed).
-    stop: model.InstanceAction | None
-    reason: str
+    ask: str | None = None
 
 
 #: The options' defaults, for a conf without the group (unit tests).
@@ -82,10 +117,36 @@ def _context(snapshot: model.Snapshot,
         s for s in snapshot.servers if s.id not in ids) + tuple(servers))
 
 
-class InstanceFailures:
-    """One poll's work on crashed instances; see the module docstring."""
+def _ask(cloud: ports.CloudPort, entries: tuple[Entry, ...]) -> dict:
+    """The reads the judging needs (a job): server id -> answer.
 
-    def __init__(self, conf, drivers, env: ports.Environment):
+    An answer is the server's actions (None when they could not be
+    read) or, for a relocation back on its source, its migration's
+    errors (or the error that kept them from being read).
+    """
+    answers: dict[str, typing.Any] = {}
+    for entry in entries:
+        sid = entry.server.id
+        if entry.ask == 'errors':
+            try:
+                answers[sid] = cloud.action_errors(sid, 'migrate')[1]
+            except exceptions.InstanceHAError as exc:
+                answers[sid] = exc
+        elif entry.ask == 'actions':
+            try:
+                answers[sid] = cloud.server_actions(sid)
+            except exceptions.InstanceHAError as exc:
+                LOG.warning('instance %s: cannot read its actions: %s',
+                            sid, exc)
+                answers[sid] = None
+    return answers
+
+
+class InstanceFailures:
+    """Crashed instances, polled on a timer; see the module docstring."""
+
+    def __init__(self, conf, drivers, env: ports.Environment,
+                 workflows: runtime.Runtime | None = None):
         self.conf = conf
         self.drivers = drivers
         self.env = env
@@ -102,6 +163,16 @@ class InstanceFailures:
         self._next: float | None = None
         #: The stopped servers, and how they are read again.
         self._reads = instance_reads.StoppedServers(env, self._tracked)
+        self.workflows = workflows
+        if workflows is None:
+            return  # the reads alone (their tests)
+        self._effects = fx.Effects(env, workflows, self._tracked.discard)
+        workflows.register(runtime.Kind(
+            name=SCAN,
+            transitions={Scan.READ: frozenset({Scan.REPORT, Scan.DONE}),
+                         Scan.REPORT: frozenset({Scan.DONE})},
+            steps={Scan.READ: self._read, Scan.REPORT: self._report_step},
+            final=frozenset({Scan.DONE}), on_error=self._broke))
 
     def forget(self) -> None:
         """List every watched server again at the next read.
@@ -109,6 +180,8 @@ class InstanceFailures:
         When this copy starts leading: what it knew is from before.
         """
         self._reads.forget()
+        if self.workflows is not None:
+            self.workflows.forget(SCAN)
 
     def watching(self) -> bool:
         """Whether crashed instances are looked for at all."""
@@ -120,32 +193,56 @@ class InstanceFailures:
     def tick(self, mono: float, snapshot: model.Snapshot | None,
              plan: plan_mod.Plan | None, busy, now: datetime.datetime,
              paused: bool | typing.Callable[[], bool] = False) -> None:
-        """Every ``poll`` seconds: read the stopped servers and act.
+        """Every ``poll`` seconds: begin a poll (a workflow) and step it.
 
         Runs on its own timer, not on the engine's full reads (those list
         only hosts being decided, and none while every host is healthy):
         a crashed guest changes no compute service. ``snapshot`` gives the
         services (kept fresh by the service watch) and the aggregates and
         images the filters need; ``busy`` the hosts in a workflow.
-        ``paused`` may be a callable, asked only when this cycle runs: the
-        engine's full reads (where the pause is otherwise read) may not
-        happen for a long time in a quiet cloud, and an operator's pause
-        must hold a restart from the moment it is set.
+        ``paused`` may be a callable, asked only once the stopped servers
+        are read: the engine's full reads (where the pause is otherwise
+        read) may not happen for a long time in a quiet cloud, and an
+        operator's pause must hold a restart from the moment it is set.
         """
         if not self.watching() or snapshot is None:
             return
         if self._next is not None and mono < self._next:
             return
         self._next = mono + float(self.conf.poll)
-        servers = self._reads.read(snapshot, now,
-                                   int(_opt(self.conf, 'full_read_every')))
+        if self.workflows.get(SCAN, _POLL) is None:
+            reads = self._reads.plan(snapshot, now, int(_opt(
+                self.conf, 'full_read_every')))
+            self.workflows.start(SCAN, _POLL, Scan.READ, local={
+                'ctx': Context(snapshot, plan, frozenset(busy), paused,
+                               reads)})
+        self.workflows.run(kinds=(SCAN, fx.KIND))
+
+    def _read(self, view: runtime.View) -> runtime.Outcome:
+        """The listing of the stopped servers, as a job."""
+        cloud, ctx = self.env.cloud, view.record.local['ctx']
+        return runtime.Job(run=lambda: instance_reads.fetch(cloud, ctx.reads),
+                           then=self._listed, lock=False)
+
+    def _listed(self, view: runtime.View,
+                listing: instance_reads.Listing) -> runtime.Outcome:
+        """Keep the listing; read what judging the servers needs."""
+        ctx: Context = view.record.local['ctx']
+        servers = self._reads.apply(listing)
         if servers is None:
-            return
-        view = dataclasses.replace(snapshot, servers=servers)
-        if callable(paused):
-            paused = paused()
-        self.cycle(view, plan, now, paused, busy,
-                   context=_context(snapshot, servers))
+            return runtime.Go(Scan.DONE)
+        snapshot = dataclasses.replace(ctx.snapshot, servers=servers)
+        paused = ctx.paused() if callable(ctx.paused) else ctx.paused
+        entries = self._sort(snapshot, ctx, _context(ctx.snapshot, servers))
+
+        def judged(v, answers):
+            return self._decide(snapshot, entries, paused, answers)
+        asks = tuple(e for e in entries if e.ask)
+        if not asks:
+            return judged(view, {})
+        cloud = self.env.cloud
+        return runtime.Job(run=lambda: _ask(cloud, asks), then=judged,
+                           lock=False)
 
     def _in_scope(self, snapshot: model.Snapshot, plan, busy,
                   now: datetime.datetime) -> set[str]:
@@ -164,62 +261,50 @@ class InstanceFailures:
                 decisions.get(s.host, plan_mod.Decision.HEALTHY)
                 is plan_mod.Decision.HEALTHY}
 
-    def cycle(self, snapshot: model.Snapshot, plan: plan_mod.Plan | None,
-              now: datetime.datetime, paused: bool = False,
-              busy=frozenset(),
-              context: model.Snapshot | None = None) -> None:
-        """Act on the crashed instances among ``snapshot.servers``.
+    def _sort(self, snapshot: model.Snapshot, ctx: Context,
+              context: model.Snapshot) -> tuple[Entry, ...]:
+        """What to look at among ``snapshot.servers``, in order.
 
         Only eligible ones: the host filters (an aggregate tag, a host
         name skipped) and the instance filters keep them, as for an
-        evacuation. ``context`` is what the filters judge by (the
-        engine's latest full read, which always holds the aggregates,
-        with these servers in it); default ``snapshot``.
+        evacuation; ``context`` is what the filters judge by. Not one
+        another workflow owns, nor one a step of ours acts on now.
         """
-        if not self.watching():
-            return
-        servers = self._eligible(snapshot, context or snapshot,
-                                 self._in_scope(snapshot, plan, busy, now))
-        # From here on every time is on Nova's clock: the records' (read
-        # back by any copy), and the instance actions' they are compared
-        # with.
-        now, skew = snapshot.nova_now(now), snapshot.clock_skew
+        owners = self.workflows.owners
+        servers = self._eligible(snapshot, context, self._in_scope(
+            snapshot, ctx.plan, ctx.busy, self.env.clock.now()))
+        skew = snapshot.clock_skew
         reads = int(_opt(self.conf, 'action_reads_per_cycle'))
-        crashes: list[Crash] = []
-        stopped = set()
+        entries, stopped, under_way = [], set(), {}
         for srv in servers:
+            held = owners.holder(srv.id, srv.host)
+            if (held is not None and held.owner is not
+                    ownership.Owner.INSTANCE_FAILURE) or \
+                    self.workflows.get(fx.KIND, srv.id) is not None:
+                continue  # another's, or ours under way
             if irec.ERROR_KEY in srv.metadata:
-                self._tracked.discard(srv.id)
+                entries.append(Entry('error', srv, None))
                 continue
             rec = irec.Record.parse(srv.metadata.get(irec.KEY))
             if rec is not None:
                 rec = rec.on_nova_clock(skew)
             if rec is not None and rec.state in irec.IN_PROGRESS:
-                self._tracked.add(srv.id)
-                crash = self._progress(srv, rec, now)
-                if crash is not None:
-                    crashes.append(crash)
-                continue
-            if not self.detector.suspect(srv):
-                if rec is not None and rec.state in (irec.RUNNING, irec.STOPPED):
-                    self._check_stable(srv, rec, now)
-                continue
-            stopped.add(srv.id)
-            if srv.id in self._judged or reads <= 0:
-                continue
-            reads -= 1
-            actions = self._actions(srv)
-            if actions is None:
-                continue
-            stop = self.detector.crashed(srv, actions)
-            if stop is None or (rec is not None and rec.stop ==
-                                stop.request_id):
-                self._judged.add(srv.id)
-                continue
-            crashes.append(Crash(srv, rec, stop, 'stopped by no user '
-                                 '(%s %s)' % (stop.action, stop.request_id)))
+                under_way[srv.id] = srv.host
+                entries.append(Entry('progress', srv, rec,
+                                     judge.progress_read(srv, rec)))
+            elif not self.detector.suspect(srv):
+                if rec is not None and rec.state in (irec.RUNNING,
+                                                     irec.STOPPED):
+                    entries.append(Entry('stable', srv, rec))
+            else:
+                stopped.add(srv.id)
+                if srv.id not in self._judged and reads > 0:
+                    reads -= 1
+                    entries.append(Entry('suspect', srv, rec, 'actions'))
         self._judged &= stopped
-        self._act_on(crashes, now, paused)
+        # Ours by the record in Nova, until it says the step settled.
+        owners.hold_instances(ownership.Owner.INSTANCE_FAILURE, under_way)
+        return tuple(entries)
 
     def _eligible(self, snapshot: model.Snapshot, context: model.Snapshot,
                   in_scope: set[str]) -> list[model.Server]:
@@ -234,191 +319,91 @@ class InstanceFailures:
                 filters, host, snapshot, context)[0])
         return servers
 
-    def _actions(self, srv: model.Server
-                 ) -> list[model.InstanceAction] | None:
-        try:
-            return self.env.cloud.server_actions(srv.id)
-        except exceptions.InstanceHAError as exc:
-            LOG.warning('instance %s: cannot read its actions: %s', srv.id,
-                        exc)
-            return None
-
-    def _act_on(self, crashes: list[Crash],
-                now: datetime.datetime, paused: bool) -> None:
-        names = tuple(c.server.name or c.server.id for c in crashes)
-        storm = int(_opt(self.conf, 'storm_size'))
-        if paused:
-            self._report(names, 'instance HA is paused')
-            return
-        if storm and len(crashes) > storm:
-            self._report(names, 'storm: %d crashed instances at once, more '
-                         'than [instance_failure] storm_size (%d); nothing is '
-                         'restarted' % (len(crashes), storm))
-            return
-        cap = int(_opt(self.conf, 'max_per_cycle'))
-        for crash in crashes[:cap]:
-            self._act(crash, now)
-        self._report(names[cap:], 'cap of %d per cycle ([instance_failure] '
-                     'max_per_cycle); next cycle' % cap)
-
-    def _report(self, servers: tuple, reason: str) -> None:
-        """Say once per change which crashes wait, and why."""
+    def _report_step(self, view: runtime.View) -> runtime.Outcome:
+        """Once the poll's effects are done: say which crashes wait."""
+        if self.workflows.records(fx.KIND):
+            return runtime.Wait()
+        servers, reason = view.record.local['held']
         key = (servers, reason) if servers else ()
-        if key != self._held:
-            self._held = key
-            if servers:
-                self.env.events.emit(events.INSTANCE_FAILURE_HELD,
-                                     servers=servers, reason=reason)
+        if key == self._held:
+            return runtime.Go(Scan.DONE)
+        self._held = key
+        return runtime.Go(Scan.DONE, emit=runtime.emit_on(
+            None, events.INSTANCE_FAILURE_HELD, servers=servers,
+            reason=reason) if servers else ())
 
-    # -- deciding a crash ------------------------------------------------
+    @staticmethod
+    def _broke(view: runtime.View, exc: BaseException) -> runtime.Outcome:
+        """A poll that broke: said; the next one reads afresh."""
+        LOG.error('instance failure: a poll failed: %s', exc, exc_info=exc)
+        return runtime.Go(Scan.DONE)
 
-    def _act(self, crash: Crash, now: datetime.datetime) -> None:
-        from instanceha.plugins.instance_failure import base
-        srv = crash.server
-        rec = crash.record or irec.Record(nova_clock=True)
-        stable = int(_opt(self.conf, 'stable_time'))
-        reason = crash.reason
-        if (rec.at is not None and crash.stop
-                is not None and crash.stop.start_time is not None and
-                (crash.stop.start_time - rec.at).total_seconds() >= stable):
-            # Its last start was a success after all.
-            rec = irec.Record(nova_clock=True)
-            reason += '; ran %ds since its last start: counters reset' % (
-                stable)
-        step = self.strategy.next_step(base.Counters(rec.restarts,
-                                                     rec.relocations))
-        emit = self.env.events.emit
-        emit(events.INSTANCE_CRASHED, srv.host, server=srv.name,
-             next=step.value, restarts=rec.restarts,
-             relocations=rec.relocations, reason=reason)
-        stop_id = crash.stop.request_id if crash.stop else rec.stop
-        cloud = self.env.cloud
-        self._tracked.add(srv.id)
-        try:
-            if step is base.Step.RESTART:
-                self._write(srv, irec.Record(
-                    rec.restarts + 1, rec.relocations, irec.RESTARTING, now,
-                    stop_id, srv.host, nova_clock=True))
-                cloud.start_server(srv.id)
-                emit(events.INSTANCE_START_REQUESTED, srv.host,
-                     server=srv.name, after='restart')
-            elif step is base.Step.RELOCATE:
-                self._write(srv, irec.Record(
-                    rec.restarts, rec.relocations + 1, irec.RELOCATING, now,
-                    stop_id, srv.host, nova_clock=True))
-                cloud.cold_migrate(srv.id)
-                emit(events.INSTANCE_RELOCATE_REQUESTED, srv.host,
-                     server=srv.name)
-            else:
-                cloud.set_server_metadata(srv.id, irec.ERROR_KEY, irec.error_text(
-                    srv.name or srv.id, rec, now))
-                cloud.reset_server_state(srv.id, 'error')
-                emit(events.INSTANCE_GAVE_UP, srv.host, server=srv.name,
-                     restarts=rec.restarts, relocations=rec.relocations,
-                     action='find out why it keeps crashing, then run '
-                     '"instanceha-manage instances clear %s"'
-                     % (srv.name or srv.id))
-        except exceptions.InstanceHAError as exc:
-            # Counted already: the next poll finds the step failed.
-            emit(events.INSTANCE_RECOVERY_FAILED, srv.host, server=srv.name,
-                 reason=str(exc)[:300])
+    # -- deciding --------------------------------------------------------
 
-    def _write(self, srv: model.Server, rec: irec.Record) -> None:
-        self.env.cloud.set_server_metadata(srv.id, irec.KEY, rec.render())
-
-    # -- steps under way -------------------------------------------------
-
-    def _progress(self, srv: model.Server, rec: irec.Record,
-                  now: datetime.datetime) -> Crash | None:
-        """Move a restart or relocation on; a Crash when it failed."""
-        if srv.task_state:
-            return None  # Nova is still at it
-        waited = (now - rec.at).total_seconds() if rec.at else 0.0
+    def _decide(self, snapshot: model.Snapshot, entries: tuple[Entry, ...],
+                paused: bool, answers: dict) -> runtime.Outcome:
+        """Decide every entry; start the effects, in the poll's order."""
+        # From here on every time is on Nova's clock: the records' (read
+        # back by any copy), and the instance actions' they are compared
+        # with.
+        now = snapshot.nova_now(self.env.clock.now())
         timeout = int(_opt(self.conf, 'start_timeout'))
-        if srv.status == 'ERROR':
-            return Crash(srv, rec, None, 'the %s ended in ERROR' % (
-                'relocation' if rec.state == irec.RELOCATING else 'start'))
-        try:
-            if srv.status == 'ACTIVE':
-                self._write(srv, dataclasses.replace(rec, state=irec.RUNNING,
-                                                     at=now))
-                self.env.events.emit(events.INSTANCE_RUNNING, srv.host,
-                                     server=srv.name)
-            elif rec.state == irec.RELOCATING:
-                return self._relocating(srv, rec, now)
-            elif srv.status == 'SHUTOFF':
-                return self._not_started(srv, rec, waited, timeout)
-        except exceptions.InstanceHAError as exc:
-            self.env.events.emit(events.INSTANCE_RECOVERY_FAILED, srv.host,
-                                 server=srv.name, reason=str(exc)[:300])
-        return None
+        stable_time = int(_opt(self.conf, 'stable_time'))
+        crashes, plans, told = [], [], ()
+        for entry in entries:
+            srv, rec = entry.server, entry.record
+            answer = answers.get(srv.id)
+            if entry.what == 'error':
+                self._tracked.discard(srv.id)
+                continue
+            if entry.what == 'progress':
+                self._tracked.add(srv.id)
+                got = judge.progress(srv, rec, now, answer, self.detector,
+                                     timeout)
+            elif entry.what == 'stable':
+                got = judge.stable(srv, rec, now, stable_time)
+            else:
+                got = self._suspect(srv, rec, answer)
+            if isinstance(got, judge.Crash):
+                crashes.append(got)
+            elif isinstance(got, judge.Plan):
+                plans.append(got)
+            elif got:
+                told += got
+        held = self._act_on(crashes, now, paused, stable_time, plans)
+        for rank, plan in enumerate(plans):
+            self._effects.start(plan.effect, fx.Order(
+                plan.server, rank, crash=plan.crash, before=plan.before,
+                now=now), plan.record)
+        return runtime.Go(Scan.REPORT, local={'held': held}, emit=told)
 
-    def _relocating(self, srv: model.Server, rec: irec.Record,
-                    now: datetime.datetime) -> Crash | None:
-        cloud = self.env.cloud
-        if srv.status == 'VERIFY_RESIZE':
-            cloud.confirm_resize(srv.id)
-            return None
-        if srv.status != 'SHUTOFF':
-            return None
-        if srv.host == rec.source:
-            _rid, errors = cloud.action_errors(srv.id, 'migrate')
-            return Crash(srv, rec, None, 'relocation failed: %s' % (
-                '; '.join(errors) or 'it is still on %s' % srv.host))
-        self.env.events.emit(events.INSTANCE_RELOCATED, rec.source,
-                             server=srv.name, dest=srv.host)
-        self._write(srv, dataclasses.replace(rec, state=irec.STARTING, at=now))
-        cloud.start_server(srv.id)
-        self.env.events.emit(events.INSTANCE_START_REQUESTED, srv.host,
-                             server=srv.name, after='relocation')
-        return None
-
-    def _not_started(self, srv: model.Server, rec: irec.Record, waited: float,
-                     timeout: int) -> Crash | None:
-        """SHUTOFF after our start: crashed again, failed, or a user."""
-        actions = self._actions(srv)
+    def _suspect(self, srv: model.Server, rec: irec.Record | None,
+                 actions) -> judge.Crash | None:
+        """A stopped server: crashed, or stopped by its user?"""
         if actions is None:
             return None
         stop = self.detector.crashed(srv, actions)
-        if stop is not None and stop.request_id != rec.stop:
-            return Crash(srv, rec, stop, 'crashed again %ds after its %s '
-                         '(%s %s)' % (waited, 'restart' if rec.state ==
-                                      irec.RESTARTING else 'relocation',
-                                      stop.action, stop.request_id))
-        newest = actions[0] if actions else None
-        if newest is not None and newest.action == 'stop' and \
-                newest.user_id:
-            # Its user stopped it: never undone; the counters stay.
-            self._write(srv, dataclasses.replace(rec, state=irec.STOPPED))
+        if stop is None or (rec is not None and rec.stop ==
+                            stop.request_id):
+            self._judged.add(srv.id)
             return None
-        if newest is not None and newest.action == 'start' and (
-                newest.message or '').lower() == 'error':
-            return Crash(srv, rec, None, 'its start failed (%s)'
-                         % newest.request_id)
-        if waited > timeout:
-            return Crash(srv, rec, None, 'not running %ds after its start '
-                         '([instance_failure] start_timeout)' % waited)
-        return None
+        return judge.Crash(srv, rec, stop, 'stopped by no user (%s %s)' % (
+            stop.action, stop.request_id))
 
-    def _check_stable(self, srv: model.Server, rec: irec.Record,
-                      now: datetime.datetime) -> None:
-        """A start that lasted stable_time: a success; counters reset."""
-        if rec.state == irec.STOPPED and srv.status == 'ACTIVE':
-            # Its user started it again: from now on it is running.
-            self._write(srv, dataclasses.replace(rec, state=irec.RUNNING,
-                                                 at=now))
-            return
-        stable = int(_opt(self.conf, 'stable_time'))
-        if (srv.status != 'ACTIVE' or rec.at is None or
-                (now - rec.at).total_seconds() < stable):
-            return
-        try:
-            self.env.cloud.delete_server_metadata(srv.id, irec.KEY)
-        except exceptions.InstanceHAError as exc:
-            LOG.warning('instance %s: cannot reset its counters: %s',
-                        srv.id, exc)
-            return
-        self._tracked.discard(srv.id)
-        self.env.events.emit(events.INSTANCE_RECOVERED, srv.host,
-                             server=srv.name, restarts=rec.restarts,
-                             relocations=rec.relocations)
+    def _act_on(self, crashes: list, now: datetime.datetime, paused: bool,
+                stable_time: int, plans: list) -> tuple:
+        """Plan the crashes acted on now; (names, why) of those held."""
+        names = tuple(c.server.name or c.server.id for c in crashes)
+        storm = int(_opt(self.conf, 'storm_size'))
+        if paused:
+            return names, 'instance HA is paused'
+        if storm and len(crashes) > storm:
+            return names, ('storm: %d crashed instances at once, more '
+                           'than [instance_failure] storm_size (%d); '
+                           'nothing is restarted' % (len(crashes), storm))
+        cap = int(_opt(self.conf, 'max_per_cycle'))
+        for crash in crashes[:cap]:
+            self._tracked.add(crash.server.id)
+            plans.append(judge.act(crash, now, stable_time, self.strategy))
+        return names[cap:], ('cap of %d per cycle ([instance_failure] '
+                             'max_per_cycle); next cycle' % cap)

@@ -60,6 +60,7 @@ from instanceha.engine import instance_failure
 from instanceha.engine import locks
 from instanceha.engine import migration_records
 from instanceha.engine import model
+from instanceha.engine import ownership
 from instanceha.engine import pause as pause_mod
 from instanceha.engine import poll
 from instanceha.engine import ports
@@ -136,10 +137,10 @@ class Engine(poll.Poll, steps.Steps):
         #: Our forced_down lifted from hosts an operator took.
         self._unforce = unforce.Unforcer(conf, self.env, self.workflows)
         #: Crashed instances (its own timer, every poll).
-        self._instances = instance_failure.InstanceFailures(conf, drivers,
-                                                            self.env)
+        self._instances = instance_failure.InstanceFailures(
+            conf, drivers, self.env, self.workflows)
         #: Our locks an earlier copy left on hosts nobody adopted.
-        self._locks = locks.LockSweep(conf, self.env)
+        self._locks = locks.LockSweep(conf, self.env, self.workflows)
 
     def _init_reads(self) -> None:
         """What schedules and keeps this copy's reads of Nova."""
@@ -211,6 +212,11 @@ class Engine(poll.Poll, steps.Steps):
         self._poll_if_due(now)
         if self.conf.disabled:
             return
+        # The instances of a host in our hands are its recovery's.
+        self.workflows.owners.hold_hosts(
+            ownership.Owner.HOST_RECOVERY,
+            [h for h in set(self._workflows) | set(self._aftercare)
+             if self._in_hands(h)])
         if self._fresh:
             # After a full read adopted every host whose marker is ours.
             self._locks.tick(now, self._in_hands)

@@ -51,6 +51,8 @@ import logging
 import types
 import typing
 
+from instanceha.engine import boundary
+from instanceha.engine import ownership
 from instanceha.engine import ports
 from instanceha.engine import retry
 from instanceha import exceptions
@@ -104,7 +106,9 @@ class View:
     now: float
 
 
-Emit = tuple[tuple[str, Mapping[str, typing.Any]], ...]
+#: Events of an outcome: (event, details), about the record's key, or
+#: (event, details, host) (see :func:`emit` and :func:`emit_on`).
+Emit = tuple[tuple, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +127,17 @@ class Job:
     """Run ``run()`` on the executor; then take ``then(view, result)``.
 
     ``lock``: hold the coordinator's lock on the workflow's key (a host)
-    while the job runs.
+    while the job runs. ``acts_on``: the instances the job acts on, as
+    (instance id, the host the workflow believes it is on): the runtime
+    owns them for the workflow (:mod:`.ownership`) before it submits the
+    job, and takes the kind's ``on_conflict`` outcome instead when
+    another workflow owns one.
     """
 
     run: Callable[[], typing.Any]
     then: Callable[[View, typing.Any], 'Outcome']
     lock: bool = True
+    acts_on: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +169,12 @@ class Kind:
     world, e.g. for an operator). ``final``: entering one ends the
     workflow (its record is dropped). ``on_error(view, exc)``: the
     outcome when a job raised (default: back off, up to ``max_backoff``).
+    ``order(record)``: the rank its workflows are stepped and their
+    results applied in (default: all equal, by key), e.g. the order in
+    which one poll decided them. ``owner``: who its jobs act on
+    instances as (required for a job with ``acts_on``);
+    ``on_conflict(view, rule, holder)``: the outcome when another
+    workflow owns one of them (default: wait ``backoff`` seconds).
     """
 
     name: str
@@ -169,6 +184,10 @@ class Kind:
     on_error: Callable[[View, BaseException], Outcome] | None = None
     backoff: float = 5.0
     max_backoff: float = 60.0
+    order: Callable[[Record], int] | None = None
+    owner: ownership.Owner | None = None
+    on_conflict: Callable[[View, ownership.Rule, ownership.Claim],
+                          'Outcome'] | None = None
 
     def check(self, key: str, old: enum.Enum, new: enum.Enum) -> None:
         """Refuse a transition the table does not hold."""
@@ -190,10 +209,13 @@ class Runtime:
         self._records: dict[tuple[str, str], Record] = {}
         #: Running jobs: (kind, key) -> (future, then). Never a record.
         self._jobs: dict[tuple[str, str], tuple] = {}
+        #: Who owns each instance (consulted before a job acts on one).
+        self.owners = ownership.Owners()
 
     # --- declaring and starting -------------------------------------------
 
     def register(self, kind: Kind) -> None:
+        """Declare ``kind`` (its tables are checked here)."""
         for state in kind.steps:
             if state not in kind.transitions and state not in kind.final:
                 raise exceptions.InstanceHAError(
@@ -202,11 +224,13 @@ class Runtime:
         self._kinds[kind.name] = kind
 
     def start(self, kind: str, key: str, state: enum.Enum,
-              durable: typing.Any = None) -> Record:
+              durable: typing.Any = None,
+              local: Mapping | None = None) -> Record:
         """Begin a workflow (tick thread); a running one is kept."""
         if (kind, key) in self._records:
             return self._records[(kind, key)]
         rec = Record(kind=kind, key=key, state=state, durable=durable,
+                     local=frozen_map(local),
                      entered=self.env.clock.monotonic())
         self._records[(kind, key)] = rec
         return rec
@@ -238,7 +262,7 @@ class Runtime:
         """
         for k in list(self._records):
             if (kind is None or k[0] == kind) and k not in self._jobs:
-                del self._records[k]
+                self._drop(k)
 
     # --- the tick ----------------------------------------------------------
 
@@ -252,7 +276,7 @@ class Runtime:
         for _ in range(MAX_ROUNDS):
             changed = self._harvest(world, wanted)
             now = self.env.clock.monotonic()
-            for k in sorted(self._records):
+            for k in self._ordered(self._records):
                 rec = self._records.get(k)
                 if (rec is None or k[0] not in wanted or k in self._jobs
                         or now < rec.retry_at):
@@ -269,21 +293,31 @@ class Runtime:
         for k, (fut, _) in list(self._jobs.items()):
             if fut.done():
                 del self._jobs[k]
-                self._records.pop(k, None)
+                self._drop(k)
+
+    def _ordered(self, keys) -> list[tuple[str, str]]:
+        """``keys`` by kind, then in each kind's order, then by key."""
+        def rank(k):
+            kind, rec = self._kinds.get(k[0]), self._records.get(k)
+            if kind is None or kind.order is None or rec is None:
+                return (k[0], 0, k[1])
+            return (k[0], kind.order(rec), k[1])
+        return sorted(keys, key=rank)
 
     def _harvest(self, world, wanted: set) -> bool:
         changed = False
-        for k in sorted(self._jobs):
+        for k in self._ordered(self._jobs):
             fut, then = self._jobs[k]
             if k[0] not in wanted or not fut.done():
                 continue
             del self._jobs[k]
+            self._release(k)
             rec = self._records.get(k)
             if rec is None:
                 continue
             if not self._leading():
                 # Forgotten: the next leader resumes from Nova.
-                self._records.pop(k, None)
+                self._drop(k)
                 continue
             view = View(rec, world, self.env.clock.monotonic())
             exc = fut.exception()
@@ -315,8 +349,9 @@ class Runtime:
         """Apply one outcome to ``rec``; whether anything changed."""
         k = (rec.kind, rec.key)
         emits = () if isinstance(outcome, Job) else outcome.emit
-        for event, details in emits:
-            self.env.events.emit(event, rec.key, **details)
+        for event, details, *host in emits:
+            self.env.events.emit(event, host[0] if host else rec.key,
+                                 **details)
         if isinstance(outcome, Wait):
             return False
         if isinstance(outcome, Retry):
@@ -328,16 +363,53 @@ class Runtime:
         if isinstance(outcome, Job):
             if not self._leading():
                 return False  # taken again on a later tick
+            refused = self._own(rec, outcome)
+            if refused is not None:
+                return self._apply(rec, refused)
             self._jobs[k] = (self._submit(rec, outcome), outcome.then)
             return True
         return self._go(rec, outcome)
+
+    def _own(self, rec: Record, job: Job) -> Outcome | None:
+        """Own the job's instances; the kind's outcome if one is held."""
+        if not job.acts_on:
+            return None
+        kind = self._kinds[rec.kind]
+        if kind.owner is None:
+            raise exceptions.InstanceHAError(
+                '%s: a job acts on instances, but the kind declares no '
+                'owner' % kind.name)
+        for instance, host in job.acts_on:
+            refused = self.owners.claim(kind.owner, rec.key, instance, host)
+            if refused is None:
+                continue
+            self._release((rec.kind, rec.key))
+            rule, holder = refused
+            LOG.info('%s %s: instance %s is %s\'s (%s): %s', rec.kind,
+                     rec.key, instance, holder.owner.value, holder.key,
+                     rule.value)
+            view = View(rec, None, self.env.clock.monotonic())
+            if kind.on_conflict is not None:
+                return kind.on_conflict(view, rule, holder)
+            return Retry(kind.backoff, 'instance %s is owned by %s %s' % (
+                instance, holder.owner.value, holder.key))
+        return None
+
+    def _release(self, k: tuple[str, str]) -> None:
+        owner = self._kinds[k[0]].owner if k[0] in self._kinds else None
+        if owner is not None:
+            self.owners.release(owner, k[1])
+
+    def _drop(self, k: tuple[str, str]) -> None:
+        self._records.pop(k, None)
+        self._release(k)
 
     def _go(self, rec: Record, go: Go) -> bool:
         kind = self._kinds[rec.kind]
         kind.check(rec.key, rec.state, go.state)
         k = (rec.kind, rec.key)
         if go.state in kind.final:
-            self._records.pop(k, None)
+            self._drop(k)
             return True
         durable = (rec.durable if go.durable is KEEP
                    else go.durable)
@@ -347,16 +419,23 @@ class Runtime:
         return True
 
     def _submit(self, rec: Record, job: Job):
+        """Submit ``job`` as a job (:func:`boundary.as_job`) of ``rec``."""
+        name = '%s %s' % (rec.kind, rec.key)
         if not job.lock:
-            return self.env.executor.submit(job.run)
+            return self.env.executor.submit(boundary.as_job(name, job.run))
         coordinator, key, run = self.env.coordinator, rec.key, job.run
 
         def locked():
             with coordinator.host_lock(key):
                 return run()
-        return self.env.executor.submit(locked)
+        return self.env.executor.submit(boundary.as_job(name, locked))
 
 
 def emit(event: str, **details) -> Emit:
     """One event for an outcome's ``emit`` (``host`` is the record's key)."""
     return ((event, frozen_map(details)),)
+
+
+def emit_on(host: str | None, event: str, **details) -> Emit:
+    """One event about ``host`` (not the record's key) for ``emit``."""
+    return ((event, frozen_map(details), host),)
