@@ -42,6 +42,7 @@ from instanceha.engine import instance_record as irec
 from instanceha.engine import model
 from instanceha.engine import ownership
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import runtime
 from instanceha import exceptions
 
@@ -108,6 +109,21 @@ class Moved(exceptions.InstanceHAError):
     """The instance is not where the poll saw it: nothing was done."""
 
 
+def owned_elsewhere(owners: ownership.Owners, srv: model.Server) -> bool:
+    """Whether another kind of workflow owns ``srv`` now.
+
+    Besides the registry's claims, an instance carrying our lock reason
+    is the recovery's of the host the reason names (it is being
+    evacuated, or its rebuild is watched) wherever it is now, until
+    that recovery (or the lock sweep) unlocks it: that claim is in Nova.
+    """
+    held = owners.holder(srv.id, srv.host)
+    if held is not None and held.owner is not \
+            ownership.Owner.INSTANCE_FAILURE:
+        return True
+    return reasons.of_lock(srv).lock is not None
+
+
 def check_where(cloud: ports.CloudPort, srv: model.Server) -> None:
     """Read ``srv`` again; refuse to act when it moved or changed.
 
@@ -116,6 +132,10 @@ def check_where(cloud: ports.CloudPort, srv: model.Server) -> None:
     stopped it since.
     """
     now = cloud.get_server(srv.id)
+    lock = reasons.of_lock(now).lock
+    if lock is not None:
+        raise Moved('the recovery of %s holds it (locked while evacuated '
+                    'from there): left alone' % lock.host)
     if now.host != srv.host:
         raise Moved('it is on %s now, not on %s where it was judged: left '
                     'alone' % (now.host or 'no host', srv.host))

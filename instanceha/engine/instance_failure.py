@@ -277,9 +277,7 @@ class InstanceFailures:
         reads = int(_opt(self.conf, 'action_reads_per_cycle'))
         entries, stopped, under_way = [], set(), {}
         for srv in servers:
-            held = owners.holder(srv.id, srv.host)
-            if (held is not None and held.owner is not
-                    ownership.Owner.INSTANCE_FAILURE) or \
+            if fx.owned_elsewhere(owners, srv) or \
                     self.workflows.get(fx.KIND, srv.id) is not None:
                 continue  # another's, or ours under way
             if irec.ERROR_KEY in srv.metadata:

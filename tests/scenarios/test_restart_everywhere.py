@@ -22,8 +22,8 @@ must break no invariant and end as the uninterrupted one: the same
 hosts enabled or not, powered or not, in the same final engine state,
 the same instances moved, in the same status, none left locked. Every
 workflow kind has bases here: host recovery, clean shutdown under each
-policy, process failure, instance failure, maintenance and the
-operator's commands.
+policy, process failure, instance failure, maintenance, the lock sweep
+and the operator's commands.
 """
 
 import os
@@ -135,6 +135,19 @@ KIND_BASES = (
     'shutdown-freeze-operator-enables',
     'shutdown-migrate-operator-enables',
     'shutdown-mass-reboots-never-return',
+    # Instance failure mid-chain (its counters read back from Nova) and
+    # an instance left in ERROR while another is mid-task.
+    'instance-crash-restart-mid-loop',
+    'instance-error-and-mid-task',
+)
+
+#: The lock sweep on its own (besides the operator bases above): a
+#: lock a leader that crashed left on a host left disabled, and one a
+#: leader left behind when an operator had taken the host; the listing
+#: and the unlocks are jobs of the runtime, restarted at each of them.
+LOCK_SWEEP_BASES = (
+    'rebuild-fails-then-leader-crash-left-disabled',
+    'operator-takes-host-then-leader-crash',
 )
 
 #: Bases run again with instances locked only when their status must be
@@ -254,7 +267,8 @@ def _make_test(base: str, how: str, locking: bool = False):
     return test
 
 
-for _base in BASES + SHUTDOWN_BASES + OPERATOR_BASES + KIND_BASES:
+for _base in (BASES + SHUTDOWN_BASES + OPERATOR_BASES + KIND_BASES +
+              LOCK_SWEEP_BASES):
     for _how in ('crash', 'restart'):
         setattr(TestRestartEverywhere, 'test_%s_%s' % (
             _how, _base.replace('-', '_')), _make_test(_base, _how))
