@@ -76,6 +76,9 @@ class Context:
     busy: frozenset
     paused: bool | typing.Callable[[], bool]
     reads: instance_reads.Plan
+    #: When the poll began (our clock): the snapshot's services are
+    #: judged fresh or stale as of then.
+    now: datetime.datetime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +184,10 @@ class InstanceFailures:
         """
         self._reads.forget()
         if self.workflows is not None:
+            # Decided on reads from before (their jobs, if running, are
+            # dropped unapplied while this copy does not lead).
             self.workflows.forget(SCAN)
+            self.workflows.forget(fx.KIND)
 
     def watching(self) -> bool:
         """Whether crashed instances are looked for at all."""
@@ -215,7 +221,7 @@ class InstanceFailures:
                 self.conf, 'full_read_every')))
             self.workflows.start(SCAN, _POLL, Scan.READ, local={
                 'ctx': Context(snapshot, plan, frozenset(busy), paused,
-                               reads)})
+                               reads, now)})
         self.workflows.run(kinds=(SCAN, fx.KIND))
 
     def _read(self, view: runtime.View) -> runtime.Outcome:
@@ -272,7 +278,7 @@ class InstanceFailures:
         """
         owners = self.workflows.owners
         servers = self._eligible(snapshot, context, self._in_scope(
-            snapshot, ctx.plan, ctx.busy, self.env.clock.now()))
+            snapshot, ctx.plan, ctx.busy, ctx.now))
         skew = snapshot.clock_skew
         reads = int(_opt(self.conf, 'action_reads_per_cycle'))
         entries, stopped, under_way = [], set(), {}

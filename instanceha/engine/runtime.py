@@ -41,6 +41,11 @@ requeue-after). So the rules a new kind must not forget are written once:
   a job that finished while it did not lead is dropped: the next leader
   resumes from Nova. Every side effect still passes the environment's
   guard at the moment it is made.
+* A job that acts on instances says which (:attr:`Job.acts_on`): the
+  runtime owns them for its workflow in the one registry of who owns
+  each instance (:mod:`instanceha.engine.ownership`) before submitting
+  it, and takes the kind's ``on_conflict`` outcome instead when another
+  workflow owns one; the claims go when the result is applied.
 """
 
 from collections.abc import Callable
