@@ -131,9 +131,9 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual((), self.gen.Case(7, before).kinds)
 
     def test_faults_leave_earlier_stories_alone(self):
-        # The fifth stream is drawn after the fourth: without its kinds
+        # The sixth stream is drawn after the fifth: without its kinds
         # a seed builds the story it built before the stream existed.
-        before = self.gen.parse_mix('base,extra,settings,kinds')
+        before = self.gen.parse_mix('base,extra,settings,kinds,watchdogs')
         drawn = 0
         for seed in range(1, 60):
             a, b = self.gen.Case(seed), self.gen.Case(seed, before)
