@@ -119,7 +119,9 @@ def _not_started(srv: model.Server, rec: irec.Record, waited: float,
                      '(%s %s)' % (waited, 'restart' if rec.state ==
                                   irec.RESTARTING else 'relocation',
                                   stop.action, stop.request_id))
-    newest = actions[0] if actions else None
+    # A host recovery's evacuation of it since (an action Nova records
+    # too) tells nothing of our start or of its user.
+    newest = next((a for a in actions if a.action != 'evacuate'), None)
     if newest is not None and newest.action == 'stop' and \
             newest.user_id:
         # Its user stopped it: never undone; the counters stay.
