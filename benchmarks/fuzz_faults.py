@@ -10,10 +10,10 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The randomized scenarios' fifth stream: the simulator's other faults.
+"""The randomized scenarios' sixth stream: the simulator's other faults.
 
 Mixed into benchmarks/scenario_fuzz.py's Case (see there), drawn from
-``self.fr`` after the four streams before it (so that a seed builds the
+``self.fr`` after the five streams before it (so that a seed builds the
 story it built before this stream existed whenever none of its kinds is
 drawn): Nova API faults that let a few calls through first, a host's
 compute service record deleted from Nova, rebuilds that fail on one
@@ -37,7 +37,7 @@ BAD_FENCING = 'fencing-broken.yaml'
 
 
 class FaultsStream:
-    """Timeline of the fifth stream (a Case mixin)."""
+    """Timeline of the sixth stream (a Case mixin)."""
 
     def _fault_events(self, world_calls: tuple[str, ...],
                       errors: tuple[str, ...]) -> None:
