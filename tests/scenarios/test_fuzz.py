@@ -145,6 +145,23 @@ class TestScenarioFuzz(testtools.TestCase):
             self.assertEqual(a.options, b.options)
         self.assertGreater(drawn, 0)
 
+    def test_watchdogs_leave_other_stories_alone(self):
+        # The fifth stream draws from a random of its own: a seed that
+        # does not draw it builds the same story with or without it.
+        without = tuple(k for k in self.gen.MIX_ALL
+                        if k not in self.gen.kinds.WATCHDOG_MIX)
+        drawn = 0
+        for seed in range(1, 60):
+            a, b = self.gen.Case(seed), self.gen.Case(seed, without)
+            self.assertNotIn('watchdog', b.kinds)
+            if 'watchdog' in a.kinds:
+                drawn += 1
+                continue
+            self.assertEqual(a.timeline, b.timeline)
+            self.assertEqual(a.options, b.options)
+            self.assertEqual(a.topology(), b.topology())
+        self.assertGreater(drawn, 0)
+
     def test_smoke_seeds_produce_every_kind(self):
         kinds, commands, policies = set(), set(), set()
         for seed in range(FIRST_SEED, FIRST_SEED + RUNS):
