@@ -230,7 +230,8 @@ class EvacuationJob:
         def vcpus():
             if not read:
                 try:
-                    read.append(env.cloud.host_vcpus())
+                    read.append(env.cloud.host_resources()
+                                or env.cloud.host_vcpus())
                 except exceptions.CloudError as exc:
                     LOG.warning('room on the hosts unknown (%s); '
                                 'Nova\'s scheduler still checks each '

@@ -60,6 +60,10 @@ from instanceha.engine import model
 
 LOG = logging.getLogger(__name__)
 
+#: What the cloud reports of a host's room: its vCPUs, or Placement's
+#: whole reading.
+Counted = model.HostVcpus | model.HostResources
+
 #: How close a host is to the failed host's failure domain.
 SAME_AGGREGATE = 0
 SAME_ZONE = 1
@@ -88,6 +92,12 @@ class HostRoom:
 
     #: vCPUs that may be allocated there (None: the cloud does not say).
     total_vcpus: int | None = None
+    #: Placement's reading of the host by resource class (``VCPU``,
+    #: ``MEMORY_MB``, ``DISK_GB``: capacity, used, max_unit); empty when
+    #: the cloud does not say. ``used`` is as Placement counted it, without
+    #: what this evacuation asked for since.
+    resources: Mapping[str, model.Inventory] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
 
     @property
     def load(self) -> float | None:
@@ -123,10 +133,10 @@ class PlacementView:
     spare: str | None = None
     snapshot: model.Snapshot | None = dataclasses.field(
         default=None, repr=False, compare=False)
-    #: host -> its vCPUs as the cloud reports them, or a callable reading
-    #: them (once) when needed.
-    vcpus: Mapping[str, model.HostVcpus] | Callable[
-        [], Mapping[str, model.HostVcpus] | None] | None = dataclasses.field(
+    #: host -> its vCPUs (or Placement's reading) as the cloud reports
+    #: them, or a callable reading them (once) when needed.
+    vcpus: Mapping[str, Counted] | Callable[
+        [], Mapping[str, Counted] | None] | None = dataclasses.field(
             default=None, repr=False, compare=False)
     servers: tuple[model.Server, ...] = dataclasses.field(
         default=(), repr=False, compare=False)
@@ -175,7 +185,7 @@ class PlacementView:
             asked = sum(need.get(i) or 0
                         for i in self.asked_since_read.get(svc.host, ()))
             coming = self.on_the_way.get(svc.host, ())
-            counted = (read or {}).get(svc.host)
+            counted, resources = _reading((read or {}).get(svc.host))
             listed = (snapshot.servers_on(svc.host)
                       if snapshot.servers_known(svc.host) else None)
             # Ours: what Nova lists there and what this evacuation sent
@@ -208,8 +218,19 @@ class PlacementView:
                 free_vcpus=room, used_vcpus=used, total_vcpus=total,
                 instances=None if listed is None else len(listed) + len(
                     coming),
-                zone=its_zone, aggregates=mine, closeness=closeness)
+                zone=its_zone, aggregates=mine, closeness=closeness,
+                resources=resources)
         return types.MappingProxyType(hosts)
+
+    @functools.cached_property
+    def _memory(self) -> Mapping[str, int | None]:
+        """Server id -> the memory (MiB) its flavor asks for."""
+        found = {}
+        if self.snapshot is not None:
+            found = {s.id: s.flavor.ram_mb
+                     for s in self.snapshot.servers_on(self.failed_host)}
+        found.update({s.id: s.flavor.ram_mb for s in self.servers})
+        return found
 
     def need(self, server_id: str) -> int:
         """vCPUs the server asks for (0 when unknown)."""
@@ -219,6 +240,10 @@ class PlacementView:
         """Nova could take it there: eligible, and room if room is known."""
         room = self.hosts.get(host)
         if room is None or not room.eligible:
+            return False
+        memory = room.resources.get('MEMORY_MB')
+        wanted = self._memory.get(server_id)
+        if memory is not None and wanted and memory.free < wanted:
             return False
         return room.free_vcpus is None or room.free_vcpus >= self.need(
             server_id)
@@ -231,19 +256,29 @@ class PlacementView:
                 if h not in skip and self.fits(h, server_id)]
 
 
+def _reading(counted: Counted | None
+             ) -> tuple[model.HostVcpus | None, Mapping[str, model.Inventory]]:
+    """A host's vCPUs and its classes from what the cloud reported."""
+    if isinstance(counted, model.HostResources):
+        return counted.vcpus(), types.MappingProxyType(
+            dict(counted.resources))
+    return counted, types.MappingProxyType({})
+
+
 def build(snapshot: model.Snapshot | None, failed_host: str, *,
           spare: str | None = None,
-          vcpus: Mapping[str, model.HostVcpus] | Callable[
-              [], Mapping[str, model.HostVcpus] | None] | None = None,
+          vcpus: Mapping[str, Counted] | Callable[
+              [], Mapping[str, Counted] | None] | None = None,
           servers: Iterable[model.Server] = (),
           on_the_way: Mapping[str, Iterable[str]] | None = None,
           asked_since_read: Mapping[str, Iterable[str]] | None = None
           ) -> PlacementView:
     """The view of ``snapshot`` for placing ``failed_host``'s instances.
 
-    :param vcpus: host -> its vCPUs as the cloud reports them, or a
-        callable reading them when first needed; None (or a host missing
-        from it) when the cloud does not say.
+    :param vcpus: host -> its vCPUs as the cloud reports them
+        (``HostVcpus``, or Placement's whole reading, ``HostResources``),
+        or a callable reading them when first needed; None (or a host
+        missing from it) when the cloud does not say.
     :param servers: the failed host's instances (for their flavors'
         vCPUs; an instance the snapshot lists there is found anyway).
     :param on_the_way: host -> server ids this evacuation sent there that

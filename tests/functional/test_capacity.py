@@ -45,7 +45,9 @@ import sys
 import testtools
 
 from instanceha.engine import capacity
+from instanceha.engine import placement
 from instanceha.ops import capacity as ops_capacity
+from instanceha.plugins.evacuation import spread
 from instanceha.plugins import loader
 from tests.functional import peers
 from tests.functional import test_nova_cloud as helpers
@@ -132,6 +134,31 @@ class TestCapacity(testtools.TestCase):
         self.assertEqual((['h4-c6-0'], ('spare',)), (
             [u.need.name for u in rack2.packing.unplaced], rack2.spares))
         self.assertEqual((), report.unread)
+
+    def test_a_strategy_ranks_on_placements_numbers(self):
+        # As a recovery reads the cloud: only the failed host's servers.
+        snap = self.cloud.snapshot(hosts=['h1'])
+        view = placement.build(snap, 'h1', vcpus=self.cloud.host_resources)
+        self.assertEqual({'h2': 0, 'h3': 2, 'h4': 2, 'spare': 4},
+                         {h: r.free_vcpus for h, r in view.hosts.items()})
+
+        class Pack(spread.SpreadEvacuation):
+            """The issue's out-of-tree pack: fullest host that fits."""
+            name = 'pack'
+
+            def rank(self, request, candidates, view):
+                known = [c for c in candidates if c.free_vcpus is not None]
+                return sorted(known, key=lambda c: (c.free_vcpus, c.host))
+
+        c2 = next(s for s in snap.servers_on('h1') if s.flavor.vcpus == 2)
+        before = placement.abstentions().get('pack', 0)
+        request = placement.request(
+            c2.id, c2.name, original_status='ACTIVE', priority=0,
+            attempts=0, failures={}, same_target_retries=1, target=None)
+        # The spare is disabled (not a candidate); h3 and h4 have 2 free.
+        self.assertEqual('h3', placement.decide(
+            request, view, Pack(self.cloud.conf)))
+        self.assertEqual(before, placement.abstentions().get('pack', 0))
 
     def test_manage_capacity_json_always_parses(self):
         path = helpers.write_conf(self, helpers.conf_text(

@@ -248,6 +248,23 @@ class TestDecide(testtools.TestCase):
         self.assertIn(self.decide(task('v1')), ('b', 'c'))
         self.assertEqual(before + 1, placement.abstentions()['pack'])
 
+    def test_placements_reading_reaches_the_strategy(self):
+        def res(vcpus, used, memory, memory_used):
+            return model.HostResources('x', {
+                'VCPU': model.Inventory(vcpus, used),
+                'MEMORY_MB': model.Inventory(memory, memory_used)})
+        self.snap = dataclasses.replace(self.snap, servers=(
+            dataclasses.replace(server('v1', 'failed'), flavor=model.Flavor(
+                'f', vcpus=2, ram_mb=4096)),))
+        view = placement.build(self.snap, 'failed', vcpus={
+            'b': res(16, 4, 8192, 6144), 'c': res(16, 15, 65536, 0)})
+        self.assertEqual((12, 4, 16), (view.hosts['b'].free_vcpus,
+                                       view.hosts['b'].used_vcpus,
+                                       view.hosts['b'].total_vcpus))
+        self.assertEqual(6144, view.hosts['b'].resources['MEMORY_MB'].used)
+        # b has the vCPUs but 2048 MiB free for 4096; c 1 vCPU for 2.
+        self.assertEqual([], view.candidates('v1'))
+
 
 class TestSpread(testtools.TestCase):
 
