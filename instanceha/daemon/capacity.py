@@ -23,17 +23,14 @@ and, when it changes, to the events (``capacity_short``,
 
 from collections.abc import Callable
 import logging
-import threading
 
+from instanceha.daemon import periodic
 from instanceha.engine import capacity
 from instanceha.engine import events as ev
 from instanceha.engine import ports
 from instanceha.ops import capacity as ops_capacity
 
 LOG = logging.getLogger(__name__)
-
-#: Seconds after start of the first check.
-FIRST_CHECK = 10.0
 
 
 def shortfall(report: capacity.Report, minimum: int) -> str | None:
@@ -48,8 +45,10 @@ def shortfall(report: capacity.Report, minimum: int) -> str | None:
         for d in short))
 
 
-class CapacityCheck:
+class CapacityCheck(periodic.Periodic):
     """Assess, publish, and say when the answer crosses the minimum."""
+
+    name = 'capacity-check'
 
     def __init__(self, conf, cloud: ports.CloudPort, drivers,
                  events: ports.EventSink, publish: Callable[
@@ -62,8 +61,7 @@ class CapacityCheck:
         self.publish = publish
         self.leading = leading
         self._short: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def check(self) -> capacity.Report | None:
         """One check now (None: not leading, or the cloud unreadable)."""
@@ -88,20 +86,5 @@ class CapacityCheck:
             self._short = short
         return report
 
-    def _run(self) -> None:
-        # The first check soon after start (a new leader learns it early),
-        # then every check_interval.
-        delay = min(FIRST_CHECK, self.conf.capacity.check_interval)
-        while not self._stop.wait(delay):
-            self.check()
-            delay = self.conf.capacity.check_interval
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='capacity-check')
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def interval(self) -> float:
+        return self.conf.capacity.check_interval

@@ -26,8 +26,8 @@ operator ends it with ``instanceha-manage maintenance end``.
 
 from collections.abc import Callable
 import logging
-import threading
 
+from instanceha.daemon import periodic
 from instanceha.engine import capacity
 from instanceha.engine import events as ev
 from instanceha.engine import model
@@ -49,8 +49,10 @@ def limits(conf) -> proactive.Limits:
         threshold=opts.threshold)
 
 
-class ProactiveCheck:
+class ProactiveCheck(periodic.Periodic):
     """One round at a time: read, decide, empty, tell."""
+
+    name = 'proactive'
 
     def __init__(self, conf, env, drivers, leading: Callable[[], bool]):
         self.conf = conf
@@ -60,8 +62,7 @@ class ProactiveCheck:
         self.decider = proactive.Proactive(
             proactive.parse_rules(conf.proactive.rules), limits(conf))
         self._said: dict[str, tuple] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def _device(self, host: str):
         """The host's first fencing device that reads health, or None."""
@@ -136,19 +137,5 @@ class ProactiveCheck:
                 **({'reason': v.why} if v.why else {}))
         self._said[v.host] = said
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.conf.proactive.interval):
-            try:
-                self.check()
-            except Exception:  # noqa: the next round tries again
-                LOG.exception('proactive: the round failed')
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='proactive')
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def interval(self) -> float:
+        return self.conf.proactive.interval

@@ -146,14 +146,20 @@ class PlacementView:
         default_factory=dict, repr=False, compare=False)
 
     @functools.cached_property
-    def needs(self) -> Mapping[str, int | None]:
-        """Server id -> vCPUs its flavor asks for (None: unknown)."""
+    def _flavors(self) -> Mapping[str, model.Flavor]:
+        """Server id -> the flavor of each of the failed host's instances."""
         found = {}
         if self.snapshot is not None:
-            found = {s.id: s.flavor.vcpus
+            found = {s.id: s.flavor
                      for s in self.snapshot.servers_on(self.failed_host)}
-        found.update({s.id: s.flavor.vcpus for s in self.servers})
-        return types.MappingProxyType(found)
+        found.update({s.id: s.flavor for s in self.servers})
+        return found
+
+    @functools.cached_property
+    def needs(self) -> Mapping[str, int | None]:
+        """Server id -> vCPUs its flavor asks for (None: unknown)."""
+        return types.MappingProxyType(
+            {i: f.vcpus for i, f in self._flavors.items()})
 
     @functools.cached_property
     def failed_aggregates(self) -> frozenset[str]:
@@ -222,16 +228,6 @@ class PlacementView:
                 resources=resources)
         return types.MappingProxyType(hosts)
 
-    @functools.cached_property
-    def _memory(self) -> Mapping[str, int | None]:
-        """Server id -> the memory (MiB) its flavor asks for."""
-        found = {}
-        if self.snapshot is not None:
-            found = {s.id: s.flavor.ram_mb
-                     for s in self.snapshot.servers_on(self.failed_host)}
-        found.update({s.id: s.flavor.ram_mb for s in self.servers})
-        return found
-
     def need(self, server_id: str) -> int:
         """vCPUs the server asks for (0 when unknown)."""
         return self.needs.get(server_id) or 0
@@ -242,7 +238,8 @@ class PlacementView:
         if room is None or not room.eligible:
             return False
         memory = room.resources.get('MEMORY_MB')
-        wanted = self._memory.get(server_id)
+        flavor = self._flavors.get(server_id)
+        wanted = flavor.ram_mb if flavor is not None else None
         if memory is not None and wanted and memory.free < wanted:
             return False
         return room.free_vcpus is None or room.free_vcpus >= self.need(

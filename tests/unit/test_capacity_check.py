@@ -17,6 +17,7 @@ in one zone, so N+3; the whole cloud lost is not absorbed).
 """
 
 import os
+import threading
 import types
 
 import fixtures
@@ -109,3 +110,35 @@ class TestSimulateCapacity(testtools.TestCase):
         # fourth; all four do not.
         self.assertIn('cloud       4  N+3        yes        no (8 of 8 '
                       'instances without room)', text)
+
+
+class TestPeriodic(testtools.TestCase):
+
+    def test_rounds_go_on_after_a_failure_and_stop(self):
+        from instanceha.daemon import periodic
+
+        rounds = []
+        done = threading.Event()
+
+        class Check(periodic.Periodic):
+            first = 0.0
+
+            def interval(self):
+                return 0.01
+
+            def check(self):
+                rounds.append(1)
+                if len(rounds) == 1:
+                    raise RuntimeError('first round fails')
+                if len(rounds) == 3:
+                    done.set()
+
+        check = Check()
+        logged = self.useFixture(fixtures.FakeLogger())
+        check.start()
+        self.assertTrue(done.wait(10))
+        check.stop()
+        count = len(rounds)
+        self.assertIn('periodic: the round failed', logged.output)
+        done.wait(0.05)
+        self.assertEqual(count, len(rounds))
