@@ -60,8 +60,17 @@ def describe(service: model.Service) -> dict:
         'note': (parsed.details() if parsed
                  else (service.disabled_reason or '')),
     }
-    frozen = reasons.of_disabled(service).frozen
-    if frozen is not None and frozen.failover:
+    disabled = reasons.of_disabled(service)
+    frozen = disabled.frozen
+    if disabled.maintenance is not None:
+        # In maintenance (by an operator, a shutdown drain, or emptied
+        # proactively for its hardware: the note says which and why).
+        row.update(instanceha='maintenance',
+                   since=marker.format_ts(disabled.maintenance.since),
+                   note=disabled.maintenance.note,
+                   action='"instanceha-manage maintenance end %s" when done'
+                   % service.host)
+    elif frozen is not None and frozen.failover:
         # Recorded for failover: recovered once proven off.
         row.update(instanceha='announced',
                    since=marker.format_ts(frozen.since),

@@ -48,6 +48,17 @@ class TestHosts(testtools.TestCase):
         self.assertIn('hosts clear host2', rows['host2']['action'])
         self.assertEqual('1 instance(s) not evacuated', rows['host2']['note'])
 
+    def test_describe_maintenance_says_why(self):
+        self.cloud.services['host2'] = dataclasses.replace(
+            self.cloud.services['host2'], status='disabled',
+            disabled_reason=reasons.Maintenance(
+                fakes.T0, 'proactive: power_supply PSU 2 Critical').render())
+        row = manage_hosts.describe(self.cloud.snapshot().service('host2'))
+        self.assertEqual(('maintenance', '2026-11-29T12:00:00Z',
+                          'proactive: power_supply PSU 2 Critical'),
+                         (row['instanceha'], row['since'], row['note']))
+        self.assertIn('maintenance end host2', row['action'])
+
     def test_clear_failed_host_waits_for_up(self):
         self.mark('host2', S.FAILED)
         msg = manage_hosts.clear(self.cloud, 'host2', False, fakes.T0)
