@@ -31,8 +31,8 @@ from instanceha.engine.workflow import HostWorkflow
 from instanceha.engine.workflow import S
 
 #: The states of a recovery whose host's instances were moved: an
-#: operator who takes the host from one of them gets it without our
-#: forced_down (:mod:`instanceha.engine.unforce`).
+#: operator who takes the host from one of them gets it back into service
+#: without our forced_down (:mod:`instanceha.engine.unforce`).
 AFTER_EVACUATION = frozenset({S.EVACUATED, S.POWERING_ON, S.WAITING_UP,
                               S.ENABLING, S.FAILED, S.LEFT_DISABLED})
 
@@ -178,9 +178,10 @@ class HandBack(tick.Plumbing):
     def _unforce_after(self, wf: HostWorkflow) -> None:
         """Clear the forced_down our fence left (see :mod:`.unforce`).
 
-        Only once the host's instances were moved: before that, an
+        Only once the host's instances were moved (before that, an
         operator who took the host may evacuate the rest by hand, which
-        Nova allows only while the host reads down.
+        Nova allows only while the host reads down), and once the
+        operator put the host back into service (enabled it).
         """
         svc = self.snapshot.service(wf.host) if self.snapshot else None
         if unforce.needed(svc):

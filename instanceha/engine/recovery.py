@@ -134,8 +134,7 @@ class Engine(poll.Poll, steps.Steps):
         #: A dead nova-compute on a living host (asked by each cycle).
         self._process = process_failure.ProcessFailures(conf, self.env,
                                                         self.workflows)
-        #: Our forced_down lifted from hosts an operator took.
-        self._unforce = unforce.Unforcer(conf, self.env, self.workflows)
+        self._unforce = unforce.Unforcer(conf, self)  # see handback
         #: Crashed instances (its own timer, every poll).
         self._instances = instance_failure.InstanceFailures(
             conf, drivers, self.env, self.workflows)
