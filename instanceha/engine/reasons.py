@@ -55,7 +55,7 @@ from instanceha.engine.states import HostState
 
 #: How the note of the maintenance of a host drained by the shutdown
 #: policy migrate starts (only such a maintenance is ended by the
-#: shutdown handler, :mod:`instanceha.daemon.shutdown_handler`).
+#: clean shutdown, :mod:`instanceha.engine.clean_shutdown`).
 DRAIN_NOTE = 'shutdown policy migrate:'
 #: A shutdown record's action for the failover policy (the policy's name,
 #: :data:`instanceha.engine.shutdown.FAILOVER`).

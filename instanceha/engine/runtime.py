@@ -136,13 +136,15 @@ class Job:
     (instance id, the host the workflow believes it is on): the runtime
     owns them for the workflow (:mod:`.ownership`) before it submits the
     job, and takes the kind's ``on_conflict`` outcome instead when
-    another workflow owns one.
+    another workflow owns one. ``emit``: emitted when the job is
+    submitted.
     """
 
     run: Callable[[], typing.Any]
     then: Callable[[View, typing.Any], 'Outcome']
     lock: bool = True
     acts_on: tuple[tuple[str, str | None], ...] = ()
+    emit: Emit = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +182,10 @@ class Kind:
     instances as (required for a job with ``acts_on``);
     ``on_conflict(view, rule, holder)``: the outcome when another
     workflow owns one of them (default: wait ``backoff`` seconds).
+    ``settle``: a job's result is applied at the next :meth:`Runtime.run`
+    only, never in the run that saw it end: the steps that follow it then
+    look at a world read after the job (its write included), not at the
+    one read before it.
     """
 
     name: str
@@ -193,6 +199,7 @@ class Kind:
     owner: ownership.Owner | None = None
     on_conflict: Callable[[View, ownership.Rule, ownership.Claim],
                           'Outcome'] | None = None
+    settle: bool = False
 
     def check(self, key: str, old: enum.Enum, new: enum.Enum) -> None:
         """Refuse a transition the table does not hold."""
@@ -278,8 +285,9 @@ class Runtime:
         ``kinds``: only the workflows of these kinds (default: all).
         """
         wanted = set(self._kinds if kinds is None else kinds)
+        ready = {id(fut) for fut, _ in self._jobs.values() if fut.done()}
         for _ in range(MAX_ROUNDS):
-            changed = self._harvest(world, wanted)
+            changed = self._harvest(world, wanted, ready)
             now = self.env.clock.monotonic()
             for k in self._ordered(self._records):
                 rec = self._records.get(k)
@@ -309,12 +317,14 @@ class Runtime:
             return (k[0], kind.order(rec), k[1])
         return sorted(keys, key=rank)
 
-    def _harvest(self, world, wanted: set) -> bool:
+    def _harvest(self, world, wanted: set, ready: set) -> bool:
         changed = False
         for k in self._ordered(self._jobs):
             fut, then = self._jobs[k]
             if k[0] not in wanted or not fut.done():
                 continue
+            if self._kinds[k[0]].settle and id(fut) not in ready:
+                continue  # ended during this run: applied at the next
             del self._jobs[k]
             self._release(k)
             rec = self._records.get(k)
@@ -353,10 +363,16 @@ class Runtime:
     def _apply(self, rec: Record, outcome: Outcome) -> bool:
         """Apply one outcome to ``rec``; whether anything changed."""
         k = (rec.kind, rec.key)
-        emits = () if isinstance(outcome, Job) else outcome.emit
-        for event, details, *host in emits:
-            self.env.events.emit(event, host[0] if host else rec.key,
-                                 **details)
+        if isinstance(outcome, Job):
+            if not self._leading():
+                return False  # taken again on a later tick
+            refused = self._own(rec, outcome)
+            if refused is not None:
+                return self._apply(rec, refused)
+            self._say(rec, outcome.emit)
+            self._jobs[k] = (self._submit(rec, outcome), outcome.then)
+            return True
+        self._say(rec, outcome.emit)
         if isinstance(outcome, Wait):
             return False
         if isinstance(outcome, Retry):
@@ -365,15 +381,12 @@ class Runtime:
             LOG.debug('%s %s: step again in %.1fs: %s', rec.kind, rec.key,
                       outcome.seconds, outcome.why)
             return False
-        if isinstance(outcome, Job):
-            if not self._leading():
-                return False  # taken again on a later tick
-            refused = self._own(rec, outcome)
-            if refused is not None:
-                return self._apply(rec, refused)
-            self._jobs[k] = (self._submit(rec, outcome), outcome.then)
-            return True
         return self._go(rec, outcome)
+
+    def _say(self, rec: Record, emits: Emit) -> None:
+        for event, details, *host in emits:
+            self.env.events.emit(event, host[0] if host else rec.key,
+                                 **details)
 
     def _own(self, rec: Record, job: Job) -> Outcome | None:
         """Own the job's instances; the kind's outcome if one is held."""

@@ -34,8 +34,9 @@ conditional   reboot -> freeze, power-off -> failover (the default)
 This module holds what every path needs and nothing that talks to the
 world: the announcement record, the policy lookup and
 :class:`AnnouncedFencer`, the fencing port's rule for announced hosts.
-The side effects of freeze and migrate (disabling, draining, enabling)
-live in :mod:`instanceha.daemon.shutdown_handler`.
+The side effects of freeze, failover and migrate (disabling, recording,
+draining, enabling) are the workflow kind
+:mod:`instanceha.engine.clean_shutdown` of the engine's runtime.
 """
 
 import dataclasses

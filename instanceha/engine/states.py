@@ -22,7 +22,7 @@
        +------------------ enabling <--- waiting_up <-----------+
 
     healthy -> draining -> frozen -> healthy     (an announced shutdown,
-       |                     ^                    instanceha.daemon.shutdown_handler)
+       |                     ^                    instanceha.engine.clean_shutdown)
        +---------------------+
 
 Every log line, event and Nova marker names these states. The marker

@@ -374,6 +374,6 @@ STEPS: dict[HostState, Callable[[Steps, HostWorkflow], None]] = {
 
 #: States without a step: someone else moves them on (service_down is no
 #: workflow at all: see instanceha.engine.process_failure; frozen and
-#: draining: the shutdown policy's handler, instanceha.daemon.shutdown_handler).
+#: draining: the clean shutdown's kind, instanceha.engine.clean_shutdown).
 WAITING = frozenset({S.HEALTHY, S.FAILED, S.LEFT_DISABLED, S.SERVICE_DOWN,
                      S.FROZEN, S.DRAINING})

@@ -137,6 +137,38 @@ class TestRuntime(testtools.TestCase):
         rt.run()
         self.assertIsNone(rt.get('toy', 'h1'))
 
+    def test_a_settling_kind_applies_a_result_at_the_next_run(self):
+        env = _env()
+        rt = runtime.Runtime(env, leading=lambda: True)
+        toy = _Kind()
+        rt.register(toy.kind(settle=True))
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        # Inline: done at once, but applied only by the next run (against
+        # the world that run is given, read after the job).
+        self.assertEqual([], toy.calls)
+        self.assertIs(S.FIRST, rt.get('toy', 'h1').state)
+        rt.run()
+        self.assertEqual([('first', 'ok')], toy.calls)
+        self.assertIs(S.SECOND, rt.get('toy', 'h1').state)
+        rt.run()
+        self.assertIs(S.WAITING, rt.get('toy', 'h1').state)
+
+    def test_a_job_says_its_events_when_submitted(self):
+        env, rt, toy = self.make(leading=False)
+        toy.first = lambda view: runtime.Job(
+            run=toy.job, then=toy.after_first,
+            emit=runtime.emit('submitted', what='first'))
+        rt.register(toy.kind())
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual([], env.events.events)  # not submitted: not said
+        self.lead[0] = True
+        rt.run()
+        self.assertEqual([('submitted', 'h1', {'what': 'first'}),
+                          ('moved', 'h1', {'to': 'second'})],
+                         env.events.events)
+
     def test_local_data_goes_with_its_state(self):
         env, rt, toy = self.make()
         rt.start('toy', 'h1', S.FIRST)
