@@ -27,7 +27,9 @@ first write:
 - ``marked``: every host forced down and disabled;
 - ``asked``: every evacuate call answered;
 - ``all_active``: every server ACTIVE elsewhere, its record done;
-- ``first_evacuate_to_all_active``: from the first evacuate call.
+- ``first_evacuate_to_all_active``: from the first evacuate call;
+- ``finished``, ``evacuated`` and ``records`` (the evacuation records
+  by status): how far it got when ``--timeout`` ran out.
 
 Use it under the heavy lock (it starts nova, about 300 MB)::
 
@@ -66,17 +68,28 @@ def boot(nova, client, hosts: list[str], per_host: int) -> dict:
     return placed
 
 
+def progress(client, placed: dict) -> dict:
+    """How many servers are evacuated, and the records' statuses."""
+    servers = {s.id: s for s in client.servers.list(
+        search_opts={'all_tenants': 1}, limit=-1)}
+    records = {}
+    for m in client.migrations.list(migration_type='evacuation'):
+        if m.instance_uuid in placed:
+            records[m.instance_uuid] = m.status
+    statuses: dict[str, int] = {}
+    for status in records.values():
+        statuses[status] = statuses.get(status, 0) + 1
+    moved = sum(1 for sid, host in placed.items()
+                if records.get(sid) in ('done', 'completed') and
+                sid in servers and servers[sid].status == 'ACTIVE' and
+                getattr(servers[sid], 'OS-EXT-SRV-ATTR:host') != host and
+                not getattr(servers[sid], 'OS-EXT-STS:task_state'))
+    return {'evacuated': moved, 'records': statuses}
+
+
 def evacuated(client, placed: dict) -> bool:
     """Every server ACTIVE off its failed host, its last record done."""
-    servers = {s.id: s for s in client.servers.list(
-        search_opts={'all_tenants': 1})}
-    done = {m.instance_uuid for m in client.migrations.list(
-        migration_type='evacuation') if m.status in ('done', 'completed')}
-    return all(sid in done and sid in servers and
-               servers[sid].status == 'ACTIVE' and
-               getattr(servers[sid], 'OS-EXT-SRV-ATTR:host') != host and
-               not getattr(servers[sid], 'OS-EXT-STS:task_state')
-               for sid, host in placed.items())
+    return progress(client, placed)['evacuated'] == len(placed)
 
 
 def run(args) -> dict:
@@ -101,10 +114,18 @@ def run(args) -> dict:
             list(pool.map(lambda sid: client.servers.evacuate(sid),
                           placed))
         asked = time.monotonic() - t0
-        peer_base.wait_until(lambda: evacuated(client, placed), TIMEOUT,
-                             interval=0.25, what='every server evacuated')
+        try:
+            peer_base.wait_until(lambda: evacuated(client, placed),
+                                 args.timeout, interval=0.25,
+                                 what='every server evacuated')
+            finished = True
+        except peer_base.PeerError:
+            finished = False  # said below, with how far it got
         end = time.monotonic()
-    return {'failed_hosts': args.failed, 'per_host': args.per_host,
+        seen = progress(client, placed)
+    return {'finished': finished, 'evacuated': seen['evacuated'],
+            'records': seen['records'],
+            'failed_hosts': args.failed, 'per_host': args.per_host,
             'servers': len(placed), 'spare_hosts': args.spare,
             'nova_report_interval': args.report_interval,
             'nova_service_down_time': args.service_down_time,
@@ -125,6 +146,9 @@ def main(argv=None) -> int:
                    help='Nova\'s report_interval (default 2)')
     p.add_argument('--service-down-time', type=int, default=6,
                    help='Nova\'s service_down_time (default 6)')
+    p.add_argument('--timeout', type=float, default=TIMEOUT,
+                   help='seconds the evacuations may take (default %d)'
+                        % TIMEOUT)
     p.add_argument('--json', action='store_true')
     args = p.parse_args(argv)
     result = run(args)
@@ -134,7 +158,7 @@ def main(argv=None) -> int:
         width = max(len(k) for k in result)
         for key, value in result.items():
             print('%s  %s' % (key.ljust(width), value))
-    return 0
+    return 0 if result['finished'] else 1
 
 
 if __name__ == '__main__':
