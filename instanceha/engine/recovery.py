@@ -123,8 +123,7 @@ class Engine(poll.Poll, steps.Steps):
         self._stepped: dict[str, float] = {}
         #: How long Nova's rebuilds take (paces every job's listings).
         self._rebuild_pace = rebuild_pace.RebuildPace()
-        self.plan = None
-        self.cycles = 0
+        self.plan, self.cycles = None, 0
         #: Polls that every host's health answered without a full read.
         self.quiet_polls = 0
         #: The gates' reasons of the current whole-plan block (or none).

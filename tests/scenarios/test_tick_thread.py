@@ -118,8 +118,8 @@ def run_watched(test: testtools.TestCase, case: str) -> collections.Counter:
         'instanceha.sim.runner._CycleCloud', cloud))
     sim = runner.Simulation(sim_scenario.load(os.path.join(CASES, case)))
     plain_fencer = sim._fencer_factory
-    sim._fencer_factory = lambda conf, clock: _Watched(
-        plain_fencer(conf, clock), FENCING.__contains__, calls)
+    sim._fencer_factory = lambda *args, **kwargs: _Watched(
+        plain_fencer(*args, **kwargs), FENCING.__contains__, calls)
     sim.run()
     return calls
 
