@@ -285,7 +285,9 @@ class Runtime:
         ``kinds``: only the workflows of these kinds (default: all).
         """
         wanted = set(self._kinds if kinds is None else kinds)
-        ready = {id(fut) for fut, _ in self._jobs.values() if fut.done()}
+        # The futures themselves, not their ids: a finished future freed
+        # in this run may leave its id to a new one.
+        ready = {fut for fut, _ in self._jobs.values() if fut.done()}
         for _ in range(MAX_ROUNDS):
             changed = self._harvest(world, wanted, ready)
             now = self.env.clock.monotonic()
@@ -323,7 +325,7 @@ class Runtime:
             fut, then = self._jobs[k]
             if k[0] not in wanted or not fut.done():
                 continue
-            if self._kinds[k[0]].settle and id(fut) not in ready:
+            if self._kinds[k[0]].settle and fut not in ready:
                 continue  # ended during this run: applied at the next
             del self._jobs[k]
             self._release(k)
