@@ -76,3 +76,21 @@ class TickOwned:
                 '%s.%s written by the job %s: jobs return values, the '
                 'tick applies them' % (type(self).__name__, name, job))
         super().__setattr__(name, value)
+
+
+def submit(env, name: str, run: Callable[[], typing.Any],
+           lock: str | None):
+    """Submit ``run`` to ``env.executor`` as the job ``name``.
+
+    How every job of the engine is submitted: inside the boundary
+    (:func:`as_job`), holding the coordinator's lock on ``lock`` (a
+    host) while it runs, unless None.
+    """
+    if lock is None:
+        return env.executor.submit(as_job(name, run))
+    coordinator = env.coordinator
+
+    def locked():
+        with coordinator.host_lock(lock):
+            return run()
+    return env.executor.submit(as_job(name, locked))

@@ -101,7 +101,8 @@ class Evacuating(tick.Plumbing):
         """
         cap = evacuation_conf.max_in_flight(self.conf)
         held = self._holding
-        free = max(0, cap - sum(held(other) for other in self._all()))
+        free = max(0, cap - sum(held(other) for other in self._all()) -
+                   self._aftercare.holding())
         if wf is None:
             return free, False
         sharing = self._sharing()
@@ -155,53 +156,42 @@ class Evacuating(tick.Plumbing):
                 if w.state is S.EVACUATING and (
                     w.job is None or w.job.view.wants_more)]
 
-    def _step_evacuation(self, wf: HostWorkflow,
-                         aftercare: bool = False) -> None:
+    def _step_evacuation(self, wf: HostWorkflow) -> None:
         # At most one step a tick_interval: the service loop also wakes
         # when a job finishes, which must not turn watching rebuilds
         # into a busy loop of Nova calls.
-        key = ('aftercare ' if aftercare else '') + wf.host
         mono = self.env.clock.monotonic()
-        last = self._stepped.get(key)
+        last = self._stepped.get(wf.host)
         if last is not None and mono - last < self.conf.tick_interval:
             return
         # Nor while it only waits for rebuilds not yet expected to end
         # (EvacuationJob.due): their records are listed when they are.
-        if wf.job is not None and not wf.job.due(
-                mono, 0 if aftercare else self._budget()):
+        if wf.job is not None and not wf.job.due(mono, self._budget()):
             return
-        self._stepped[key] = mono
+        self._stepped[wf.host] = mono
         if wf.job is None:
             wf.job = self._begin(wf)
-        budget, waits = (0, True) if aftercare else self._grant(wf)
+        budget, waits = self._grant(wf)
         wf.sched.budget = budget
         tracks = self.drivers.evacuation.tracks
         # Slots used again within the step: tracked, the slots of the
         # rebuilds it sees ending, while no other host shares the cap;
         # fire-and-forget, a call's slot the moment it returns, while no
         # other host waits for a slot (the budget stays held meanwhile).
-        reuse = not aftercare and (len(self._sharing()) <= 1 if tracks
-                                   else not waits)
+        reuse = len(self._sharing()) <= 1 if tracks else not waits
         wf.sched.step_in_flight = wf.job.view.in_flight if reuse and tracks else 0
         draft = workflow.Draft(wf.host, wf.durable)
-        ctx = self._step_context(wf, draft, budget, reuse, aftercare)
+        ctx = self._step_context(wf, draft, budget, reuse)
         job = wf.job
 
         def done(progress):
-            if aftercare:
-                if progress.settled:
-                    self._aftercare.pop(wf.host, None)
-                return
             if progress.unproven is not None:
                 self._unproven(wf, progress.unproven)
                 return
             if progress.complete and not self.conf.disabled:
                 self._evacuation_complete(wf, progress)
 
-        # Aftercare only touches instances; the host itself has moved on
-        # and its own steps hold the host lock.
-        self._submit(wf, lambda _: job.step(ctx), done, lock=not aftercare,
-                     draft=draft)
+        self._submit(wf, lambda _: job.step(ctx), done, draft=draft)
 
     def _begin(self, wf: HostWorkflow) -> evacuation_job.EvacuationJob:
         """The evacuation job of ``wf``'s host, begun now (tick thread)."""
@@ -226,8 +216,8 @@ class Evacuating(tick.Plumbing):
         return job
 
     def _step_context(self, wf: HostWorkflow, draft: workflow.Draft,
-                      budget: int, reuse: bool,
-                      aftercare: bool) -> evacuation_job.StepContext:
+                      budget: int, reuse: bool
+                      ) -> evacuation_job.StepContext:
         """What the evacuation step of ``wf`` gets (tick thread).
 
         Its marker writes (the prelude, what was given up) and its power
@@ -238,11 +228,6 @@ class Evacuating(tick.Plumbing):
             # Stepped on a job's result, before this tick's listing.
             listing = migration_records.SharedListing(self.env.cloud,
                                                       wf.since)
-        if aftercare:
-            return evacuation_job.StepContext(
-                env=self.env, snapshot=self.snapshot, budget=budget,
-                gave_up=wf.durable.gave_up, stopped=wf.durable.stopped,
-                listing=listing, reuse=reuse)
 
         def record(gave_up: tuple[str, ...], stopped: bool) -> None:
             # Into the marker (job thread): a resumed copy reads them
@@ -374,7 +359,7 @@ class Evacuating(tick.Plumbing):
             if release:
                 self._emit(events.SPARE_RELEASED, wf.host, spare=spare)
             if not progress.settled:
-                self._aftercare[wf.host] = workflow.aftercare(wf)
+                self._aftercare.watch(wf)
             wf.job = None
             if give_up:
                 self._transition(wf, S.FAILED, failed=tuple(failed),

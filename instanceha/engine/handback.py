@@ -97,7 +97,7 @@ class HandBack(tick.Plumbing):
                 # they are unlocked and their power state restored.
                 job = strategy.begin(svc.host, [], since=wf.since)
                 job.since_skew = wf.since_skew
-                self._aftercare[svc.host] = workflow.aftercare(wf, job=job)
+                self._aftercare.watch(wf, job=job)
             self._emit(events.HOST_RESUMED, svc.host, state=state.value)
 
     def _handed_back(self, wf: HostWorkflow, svc: model.Service,
@@ -160,7 +160,7 @@ class HandBack(tick.Plumbing):
             # Always through aftercare, settled or not: its next step
             # unlocks the instances we locked that wait for a retry
             # (the stopped job gives them up), then ends.
-            self._aftercare[wf.host] = workflow.aftercare(wf)
+            self._aftercare.watch(wf)
             wf.job = None
         elif wf.state is S.EVACUATING:
             # No job to watch its rebuilds (none begun since a restart):

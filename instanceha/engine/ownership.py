@@ -144,6 +144,22 @@ class Owners:
         self._instances[instance] = Claim(owner, key, host)
         return None
 
+    def claim_all(self, owner: Owner, key: str,
+                  acts_on: Iterable[tuple[str, str | None]]
+                  ) -> tuple[str, Rule, Claim] | None:
+        """Own every ``(instance, host)`` of ``acts_on``, or none of them.
+
+        None when all are the workflow's now; else the first instance
+        refused, the rule and its holder (the workflow's claims are
+        dropped: it holds nothing while it waits or gives way).
+        """
+        for instance, host in acts_on:
+            refused = self.claim(owner, key, instance, host)
+            if refused is not None:
+                self.release(owner, key)
+                return (instance,) + refused
+        return None
+
     def release(self, owner: Owner, key: str,
                 keep: Iterable[str] = ()) -> None:
         """Drop the instance claims of ``owner``'s workflow ``key``.

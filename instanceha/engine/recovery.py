@@ -55,6 +55,7 @@ locks for the next start.
 from collections.abc import Callable
 import dataclasses
 
+from instanceha.engine import aftercare
 from instanceha.engine import events
 from instanceha.engine import instance_failure
 from instanceha.engine import locks
@@ -96,9 +97,6 @@ class Engine(poll.Poll, steps.Steps):
             env.events, self.recovery_id))
         self._planner = planner
         self._workflows: dict[str, HostWorkflow] = {}
-        #: Jobs of hosts that moved on while rebuilds still run
-        #: (fire-and-forget): watched until settled, for unlock/restore.
-        self._aftercare: dict[str, HostWorkflow] = {}
         #: Evacuation slots granted to each host being evacuated (the cap
         #: is handed out round robin, see Evacuating._budget).
         self._grants: dict[str, int] = {}
@@ -139,6 +137,8 @@ class Engine(poll.Poll, steps.Steps):
             conf, drivers, self.env, self.workflows)
         #: Our locks an earlier copy left on hosts nobody adopted.
         self._locks = locks.LockSweep(conf, self.env, self.workflows)
+        self._aftercare = aftercare.Aftercare(conf, self.env,
+                                              self.workflows, drivers)
 
     def _init_reads(self) -> None:
         """What schedules and keeps this copy's reads of Nova."""
@@ -160,8 +160,10 @@ class Engine(poll.Poll, steps.Steps):
 
     def recovery_id(self, host: str) -> str | None:
         """The id of ``host``'s recovery, None when it is in none."""
-        wf = self._workflows.get(host) or self._aftercare.get(host)
-        return (wf.durable.recovery or None) if wf is not None else None
+        wf = self._workflows.get(host)
+        if wf is None:
+            return self._aftercare.recovery(host)
+        return wf.durable.recovery or None
 
     def workflows(self) -> dict[str, HostWorkflow]:
         return dict(self._workflows)
@@ -213,7 +215,7 @@ class Engine(poll.Poll, steps.Steps):
         # The instances of a host in our hands are its recovery's.
         self.workflows.owners.hold_hosts(
             ownership.Owner.HOST_RECOVERY,
-            [h for h in set(self._workflows) | set(self._aftercare)
+            [h for h in set(self._workflows) | self._aftercare.hosts()
              if self._in_hands(h)])
         if self._fresh:
             # After a full read adopted every host whose marker is ours.
@@ -254,7 +256,7 @@ class Engine(poll.Poll, steps.Steps):
         host to come up): nothing of it would ever unlock an instance that
         a job of an earlier copy locked and did not live to unlock.
         """
-        if host in self._aftercare:
+        if self._aftercare.watching(host):
             return True
         wf = self._workflows.get(host)
         return wf is not None and (wf.job is not None or
@@ -311,7 +313,8 @@ class Engine(poll.Poll, steps.Steps):
         self._stopping = True
         self.env.guard.halt('stopping')
         deadline = self.env.clock.monotonic() + timeout
-        running = sorted(wf.host for wf in self._all() if wf.sched.future)
+        running = sorted([wf.host for wf in self._all() if wf.sched.future] +
+                         self._aftercare.running())
         self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
         futures = ([wf.sched.future for wf in self._all()
                     if wf.sched.future] + self.workflows.futures())
@@ -327,9 +330,12 @@ class Engine(poll.Poll, steps.Steps):
         now = self.env.clock.monotonic()
         # One listing of evacuation records this tick for every host
         # being evacuated or watched (read by the first job needing it).
+        watched = self._aftercare.watching
         since = [wf.since for wf in self._all()
-                 if (wf.state is S.EVACUATING or wf.host in self._aftercare)
-                 and wf.since is not None]
+                 if (wf.state is S.EVACUATING or watched(wf.host))
+                 and wf.since is not None] + [
+            rec.durable.since for rec in self._aftercare.watched()
+            if rec.durable.since is not None]
         self._listing = migration_records.SharedListing(
             self.env.cloud, min(since, default=None))
         busy = self._busy()
@@ -352,7 +358,4 @@ class Engine(poll.Poll, steps.Steps):
             if (wf.state is S.EVACUATING and wf.local.unmarked and
                     wf.sched.future is None and now >= wf.sched.retry_at):
                 self._step_evacuation(wf)
-        for host in sorted(self._aftercare):
-            wf = self._aftercare[host]
-            if wf.sched.future is None:
-                self._step_evacuation(wf, aftercare=True)
+        self._aftercare.step(self.snapshot, self._listing)

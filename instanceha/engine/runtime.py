@@ -46,6 +46,9 @@ requeue-after). So the rules a new kind must not forget are written once:
   each instance (:mod:`instanceha.engine.ownership`) before submitting
   it, and takes the kind's ``on_conflict`` outcome instead when another
   workflow owns one; the claims go when the result is applied.
+
+A kind may also declare a pace, its own point of the tick and records
+that outlive a lost leadership (see :class:`Kind`).
 """
 
 from collections.abc import Callable
@@ -182,10 +185,12 @@ class Kind:
     instances as (required for a job with ``acts_on``);
     ``on_conflict(view, rule, holder)``: the outcome when another
     workflow owns one of them (default: wait ``backoff`` seconds).
-    ``settle``: a job's result is applied at the next :meth:`Runtime.run`
-    only, never in the run that saw it end: the steps that follow it then
-    look at a world read after the job (its write included), not at the
-    one read before it.
+    ``settle``: a result is applied at the next run, not the one that saw
+    its job end (the next steps see a world read after its write).
+    ``pace()``: seconds from a step that started a job to the next step.
+    ``named_only``: run only when ``kinds`` names it.
+    ``survives_leadership``: a lost leadership drops a finished job's
+    result, not the record (nothing in Nova would rebuild it).
     """
 
     name: str
@@ -200,14 +205,16 @@ class Kind:
     on_conflict: Callable[[View, ownership.Rule, ownership.Claim],
                           'Outcome'] | None = None
     settle: bool = False
+    pace: Callable[[], float] | None = None
+    named_only: bool = False
+    survives_leadership: bool = False
 
     def check(self, key: str, old: enum.Enum, new: enum.Enum) -> None:
         """Refuse a transition the table does not hold."""
         if new not in self.transitions.get(old, frozenset()):
             raise exceptions.InstanceHAError(
-                '%s %s: no transition from %s to %s' % (
-                    self.name, key, getattr(old, 'value', old),
-                    getattr(new, 'value', new)))
+                '%s %s: no transition from %s to %s' % (self.name, key, getattr(
+                    old, 'value', old), getattr(new, 'value', new)))
 
 
 class Runtime:
@@ -223,6 +230,8 @@ class Runtime:
         self._jobs: dict[tuple[str, str], tuple] = {}
         #: Who owns each instance (consulted before a job acts on one).
         self.owners = ownership.Owners()
+        #: When each workflow's step last started a job (see Kind.pace).
+        self._stepped: dict[tuple[str, str], float] = {}
 
     # --- declaring and starting -------------------------------------------
 
@@ -230,19 +239,23 @@ class Runtime:
         """Declare ``kind`` (its tables are checked here)."""
         for state in kind.steps:
             if state not in kind.transitions and state not in kind.final:
-                raise exceptions.InstanceHAError(
-                    '%s: state %s has a step but no row' % (kind.name,
-                                                            state))
+                raise exceptions.InstanceHAError('%s: state %s has a step '
+                                                 'but no row' % (kind.name, state))
         self._kinds[kind.name] = kind
 
     def start(self, kind: str, key: str, state: enum.Enum,
-              durable: typing.Any = None,
-              local: Mapping | None = None) -> Record:
-        """Begin a workflow (tick thread); a running one is kept."""
-        if (kind, key) in self._records:
+              durable: typing.Any = None, local: Mapping | None = None, *,
+              replace: bool = False, errors: int = 0) -> Record:
+        """Begin a workflow (tick thread); a running one is kept.
+
+        ``replace``: replaced instead (its running job's result is never
+        applied); ``errors``: failed jobs in a row, of one taken over.
+        """
+        if (kind, key) in self._records and not replace:
             return self._records[(kind, key)]
+        self._jobs.pop((kind, key), None)
         rec = Record(kind=kind, key=key, state=state, durable=durable,
-                     local=frozen_map(local),
+                     local=frozen_map(local), errors=errors,
                      entered=self.env.clock.monotonic())
         self._records[(kind, key)] = rec
         return rec
@@ -266,6 +279,16 @@ class Runtime:
         """The running jobs' futures (a stopping service waits for them)."""
         return [fut for fut, _ in self._jobs.values()]
 
+    def finished(self, kinds: typing.Iterable[str] | None = None
+                 ) -> frozenset[tuple[str, str]]:
+        """The jobs (of ``kinds``) finished now: ``only`` of :meth:`run`.
+
+        Taken before the caller reads the world: every result it then
+        applies is older than the read its steps act on.
+        """
+        return frozenset(k for k, (fut, _) in self._jobs.items()
+                         if fut.done() and (kinds is None or k[0] in kinds))
+
     def forget(self, kind: str | None = None) -> None:
         """Drop the records (of ``kind``) whose job is not running.
 
@@ -279,17 +302,17 @@ class Runtime:
     # --- the tick ----------------------------------------------------------
 
     def run(self, world: typing.Any = None,
-            kinds: typing.Iterable[str] | None = None) -> None:
+            kinds: typing.Iterable[str] | None = None,
+            only: frozenset[tuple[str, str]] | None = None) -> None:
         """Harvest, step and apply until nothing changes (tick thread).
 
-        ``kinds``: only the workflows of these kinds (default: all).
+        ``kinds``: only the workflows of these kinds (default: all but
+        those ``named_only``). ``only``: apply the results of these jobs
+        alone (see :meth:`finished`); the others wait for a later run.
         """
-        wanted = set(self._kinds if kinds is None else kinds)
-        # The futures themselves, not their ids: a finished future freed
-        # in this run may leave its id to a new one.
-        ready = {fut for fut, _ in self._jobs.values() if fut.done()}
+        wanted, ready = self._wanted(kinds), self._ready()
         for _ in range(MAX_ROUNDS):
-            changed = self._harvest(world, wanted, ready)
+            changed = self._harvest(world, wanted, ready, only)
             now = self.env.clock.monotonic()
             for k in self._ordered(self._records):
                 rec = self._records.get(k)
@@ -297,18 +320,45 @@ class Runtime:
                         or now < rec.retry_at):
                     continue
                 step = self._kinds[k[0]].steps.get(rec.state)
-                if step is None:
+                if step is None or self._pacing(k, now):
                     continue
                 changed |= self._apply(rec, step(View(rec, world, now)))
             if not changed:
                 return
+
+    def harvest(self, world: typing.Any = None,
+                kinds: typing.Iterable[str] | None = None,
+                only: frozenset[tuple[str, str]] | None = None) -> None:
+        """Apply finished jobs' results, step nothing (see :meth:`run`)."""
+        self._harvest(world, self._wanted(kinds), self._ready(), only)
+
+    def _ready(self) -> set:
+        """Jobs ended before this run: futures, not ids (ids are reused)."""
+        return {fut for fut, _ in self._jobs.values() if fut.done()}
+
+    def _wanted(self, kinds: typing.Iterable[str] | None) -> set:
+        if kinds is None:
+            return {n for n, k in self._kinds.items() if not k.named_only}
+        return set(kinds)
+
+    def _pacing(self, k: tuple[str, str], now: float) -> bool:
+        """Whether ``k`` waits out its kind's pace (:attr:`Kind.pace`)."""
+        pace, last = self._kinds[k[0]].pace, self._stepped.get(k)
+        return pace is not None and last is not None and now - last < pace()
 
     def drop_results(self) -> None:
         """Forget finished jobs unapplied (a copy no longer leading)."""
         for k, (fut, _) in list(self._jobs.items()):
             if fut.done():
                 del self._jobs[k]
-                self._drop(k)
+                self._lost(k)
+
+    def _lost(self, k: tuple[str, str]) -> None:
+        """A result dropped unled: the record too, unless it survives."""
+        if self._kinds[k[0]].survives_leadership:
+            self._release(k)
+        else:
+            self._drop(k)
 
     def _ordered(self, keys) -> list[tuple[str, str]]:
         """``keys`` by kind, then in each kind's order, then by key."""
@@ -319,11 +369,13 @@ class Runtime:
             return (k[0], kind.order(rec), k[1])
         return sorted(keys, key=rank)
 
-    def _harvest(self, world, wanted: set, ready: set) -> bool:
+    def _harvest(self, world, wanted: set, ready: set,
+                 only: frozenset | None = None) -> bool:
         changed = False
         for k in self._ordered(self._jobs):
             fut, then = self._jobs[k]
-            if k[0] not in wanted or not fut.done():
+            if (k[0] not in wanted or not fut.done() or
+                    (only is not None and k not in only)):
                 continue
             if self._kinds[k[0]].settle and fut not in ready:
                 continue  # ended during this run: applied at the next
@@ -333,8 +385,7 @@ class Runtime:
             if rec is None:
                 continue
             if not self._leading():
-                # Forgotten: the next leader resumes from Nova.
-                self._drop(k)
+                self._lost(k)
                 continue
             view = View(rec, world, self.env.clock.monotonic())
             exc = fut.exception()
@@ -351,12 +402,11 @@ class Runtime:
 
     def _on_error(self, view: View, exc: BaseException) -> Outcome:
         kind = self._kinds[view.record.kind]
+        rec = dataclasses.replace(view.record, errors=view.record.errors + 1)
+        self._records[(kind.name, rec.key)] = rec
         if kind.on_error is not None:
-            return kind.on_error(view, exc)
-        errors = view.record.errors + 1
-        wait = retry.backoff(kind.backoff, errors, kind.max_backoff)
-        self._records[(kind.name, view.record.key)] = dataclasses.replace(
-            view.record, errors=errors)
+            return kind.on_error(dataclasses.replace(view, record=rec), exc)
+        wait = retry.backoff(kind.backoff, rec.errors, kind.max_backoff)
         if not isinstance(exc, exceptions.InstanceHAError):
             LOG.error('%s %s: unexpected error in state %s', kind.name,
                       view.record.key, view.record.state, exc_info=exc)
@@ -366,6 +416,8 @@ class Runtime:
         """Apply one outcome to ``rec``; whether anything changed."""
         k = (rec.kind, rec.key)
         if isinstance(outcome, Job):
+            if self._kinds[rec.kind].pace is not None:
+                self._stepped[k] = self.env.clock.monotonic()
             if not self._leading():
                 return False  # taken again on a later tick
             refused = self._own(rec, outcome)
@@ -399,21 +451,17 @@ class Runtime:
             raise exceptions.InstanceHAError(
                 '%s: a job acts on instances, but the kind declares no '
                 'owner' % kind.name)
-        for instance, host in job.acts_on:
-            refused = self.owners.claim(kind.owner, rec.key, instance, host)
-            if refused is None:
-                continue
-            self._release((rec.kind, rec.key))
-            rule, holder = refused
-            LOG.info('%s %s: instance %s is %s\'s (%s): %s', rec.kind,
-                     rec.key, instance, holder.owner.value, holder.key,
-                     rule.value)
+        refused = self.owners.claim_all(kind.owner, rec.key, job.acts_on)
+        if refused is None:
+            return None
+        instance, rule, holder = refused
+        LOG.info('%s %s: instance %s is %s\'s (%s): %s', rec.kind, rec.key,
+                 instance, holder.owner.value, holder.key, rule.value)
+        if kind.on_conflict is not None:
             view = View(rec, None, self.env.clock.monotonic())
-            if kind.on_conflict is not None:
-                return kind.on_conflict(view, rule, holder)
-            return Retry(kind.backoff, 'instance %s is owned by %s %s' % (
-                instance, holder.owner.value, holder.key))
-        return None
+            return kind.on_conflict(view, rule, holder)
+        return Retry(kind.backoff, 'instance %s is owned by %s %s' % (
+            instance, holder.owner.value, holder.key))
 
     def _release(self, k: tuple[str, str]) -> None:
         owner = self._kinds[k[0]].owner if k[0] in self._kinds else None
@@ -431,24 +479,15 @@ class Runtime:
         if go.state in kind.final:
             self._drop(k)
             return True
-        durable = (rec.durable if go.durable is KEEP
-                   else go.durable)
+        durable = rec.durable if go.durable is KEEP else go.durable
         self._records[k] = Record(
             kind=rec.kind, key=rec.key, state=go.state, durable=durable,
             local=frozen_map(go.local), entered=self.env.clock.monotonic())
         return True
 
     def _submit(self, rec: Record, job: Job):
-        """Submit ``job`` as a job (:func:`boundary.as_job`) of ``rec``."""
-        name = '%s %s' % (rec.kind, rec.key)
-        if not job.lock:
-            return self.env.executor.submit(boundary.as_job(name, job.run))
-        coordinator, key, run = self.env.coordinator, rec.key, job.run
-
-        def locked():
-            with coordinator.host_lock(key):
-                return run()
-        return self.env.executor.submit(boundary.as_job(name, locked))
+        return boundary.submit(self.env, '%s %s' % (rec.kind, rec.key),
+                               job.run, lock=rec.key if job.lock else None)
 
 
 def emit(event: str, **details) -> Emit:

@@ -216,7 +216,7 @@ class Steps(evacuating.Evacuating):
         its calls are accepted; its rebuilds are watched (aftercare)
         until they end.
         """
-        return host in self._aftercare
+        return self._aftercare.watching(host)
 
     def _step_powering_on(self, wf: HostWorkflow) -> None:
         """Power the host on; no marker (Nova keeps the one before).

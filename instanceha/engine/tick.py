@@ -23,6 +23,7 @@ from collections.abc import Callable
 import dataclasses
 import datetime
 
+from instanceha.engine import aftercare
 from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
@@ -44,6 +45,18 @@ _SAME = object()
 OPERATOR_READ_AGE = 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """The jobs finished before a read: their results applied after it.
+
+    ``futures``: host workflows' (ids); ``aftercare``: the runtime's keys
+    of the aftercare steps.
+    """
+
+    futures: frozenset[int]
+    aftercare: frozenset[tuple[str, str]]
+
+
 def _listed(services: model.Snapshot | None, host: str) -> model.Service:
     """``host``'s service in a read of the services; an error if missing."""
     svc = services.service(host) if services else None
@@ -57,8 +70,8 @@ class Plumbing:
     """Submit, harvest, transition and mark: the engine's tick plumbing."""
 
     def _all(self) -> list[HostWorkflow]:
-        return ([self._workflows[h] for h in sorted(self._workflows)] +
-                [self._aftercare[h] for h in sorted(self._aftercare)])
+        """Every host workflow, sorted by host."""
+        return [self._workflows[h] for h in sorted(self._workflows)]
 
     def _emit(self, event: str, host: str | None = None, **details) -> None:
         self.env.events.emit(event, host, **details)
@@ -119,7 +132,7 @@ class Plumbing:
             self._workflows.pop(wf.host, None)
 
     def _submit(self, wf: HostWorkflow, fn: Callable[[workflow.Draft], object],
-                on_done: Callable, *, lock: bool = True,
+                on_done: Callable, *,
                 draft: workflow.Draft | None = None) -> None:
         """Run ``fn(draft)`` as a job holding the host's lock.
 
@@ -134,20 +147,12 @@ class Plumbing:
         """
         if not self._leading():
             return
-        coordinator = self.env.coordinator
-        host = wf.host
         if draft is None:
-            draft = workflow.Draft(host, wf.durable)
-
-        def job():
-            if not lock:
-                return fn(draft)
-            with coordinator.host_lock(host):
-                return fn(draft)
-
+            draft = workflow.Draft(wf.host, wf.durable)
         wf.sched.on_done, wf.sched.draft = on_done, draft
-        wf.sched.future = self.env.executor.submit(boundary.as_job(
-            '%s step of %s' % (wf.state.value, host), job))
+        wf.sched.future = boundary.submit(
+            self.env, '%s step of %s' % (wf.state.value, wf.host),
+            lambda: fn(draft), lock=wf.host)
 
     def _wrote(self, wf: HostWorkflow, draft: workflow.Draft) -> None:
         """Apply what a finished job wrote into Nova (tick thread).
@@ -160,19 +165,33 @@ class Plumbing:
         if S.EVACUATING in draft.written:
             wf.local.unmarked, wf.spare_enabled = False, True
 
-    def _finished(self) -> set[int]:
-        """The futures finished by now (their ids; see :meth:`_harvest`)."""
-        return {id(wf.sched.future) for wf in self._all()
-                if wf.sched.future is not None and wf.sched.future.done()}
+    def _finished(self) -> Finished:
+        """The jobs finished by now (see :meth:`_harvest`)."""
+        return Finished(
+            futures=frozenset(
+                id(wf.sched.future) for wf in self._all()
+                if wf.sched.future is not None and wf.sched.future.done()),
+            aftercare=self.workflows.finished(kinds=(aftercare.KIND,)))
 
     def _harvest(self, apply: bool = True,
-                 only: set[int] | None = None) -> None:
-        """Apply the results of finished jobs (``only``: these futures)."""
+                 only: Finished | None = None) -> None:
+        """Apply the results of finished jobs (``only``: these).
+
+        The host workflows' first, then their aftercare's (which a copy
+        no longer leading keeps, see :mod:`.aftercare`).
+        """
+        self._harvest_workflows(apply, only)
+        if apply:
+            self._aftercare.harvest(None if only is None
+                                    else only.aftercare)
+
+    def _harvest_workflows(self, apply: bool,
+                           only: Finished | None) -> None:
         for wf in self._all():
             fut = wf.sched.future
             if fut is None or not fut.done():
                 continue
-            if only is not None and id(fut) not in only:
+            if only is not None and id(fut) not in only.futures:
                 continue
             wf.sched.future, on_done, wf.sched.on_done = None, wf.sched.on_done, None
             wf.sched.budget = wf.sched.step_in_flight = 0

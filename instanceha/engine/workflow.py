@@ -349,18 +349,6 @@ class HostWorkflow(boundary.TickOwned):
         self.durable = dataclasses.replace(self.durable, **changes)
 
 
-def aftercare(wf: HostWorkflow, **changes) -> HostWorkflow:
-    """A copy of ``wf`` that watches its rebuilds once the host moved on.
-
-    No job of its own yet, no state of its own (it shares none of the
-    workflow's mutable parts); its steps back off as the workflow's did.
-    """
-    sched = dataclasses.replace(wf.sched, future=None, on_done=None,
-                                draft=None)
-    return dataclasses.replace(wf, sched=sched, local=StateLocal(),
-                               **changes)
-
-
 def awaits_fence(wf: HostWorkflow) -> bool:
     """Whether ``wf``'s host is to be fenced and no power-off is under way.
 

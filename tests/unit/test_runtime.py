@@ -19,6 +19,7 @@ state-local data goes with its state, nothing is submitted or applied
 without leadership, errors back off.
 """
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import enum
@@ -29,6 +30,7 @@ import types
 
 import testtools
 
+from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import runtime
@@ -58,6 +60,30 @@ class _Coordinator:
     def host_lock(self, host):
         self.locked.append(host)
         yield
+
+
+class _Manual:
+    """An executor whose jobs run when the test says (``finish``)."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, fn):
+        fut = concurrent.futures.Future()
+        self.jobs.append((fn, fut))
+        return fut
+
+    def finish(self, i=0):
+        fn, fut = self.jobs.pop(i)
+        try:
+            fut.set_result(fn())
+        except Exception as exc:
+            fut.set_exception(exc)
+
+
+@dataclasses.dataclass(slots=True)
+class _Owned(boundary.TickOwned):
+    value: int = 0
 
 
 def _env(pool=None):
@@ -294,3 +320,131 @@ class TestRuntime(testtools.TestCase):
         rt.forget('toy')
         self.assertIsNotNone(rt.get('toy', 'h1'))
         self.assertIsNone(rt.get('toy', 'h2'))
+
+
+class TestWhatKindsAsk(testtools.TestCase):
+    """What a kind may ask beside its tables (order, pace, survival)."""
+
+    def make(self, pool=None, **kw):
+        env = _env(pool)
+        rt = runtime.Runtime(env, leading=lambda: True)
+        toy = _Kind()
+        rt.register(toy.kind(**kw))
+        return env, rt, toy
+
+    def test_every_job_runs_inside_the_boundary(self):
+        owned = _Owned()
+        env, rt, toy = self.make()
+
+        def writes():
+            owned.value = 1
+        toy.job = writes
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        # Refused, reported as the job's error, retried later.
+        self.assertEqual(0, owned.value)
+        self.assertEqual((S.FIRST, 1), (rt.get('toy', 'h1').state,
+                                        rt.get('toy', 'h1').errors))
+
+    def test_boundary_names_the_kind_and_key(self):
+        seen = []
+        env, rt, toy = self.make()
+        toy.job = lambda: seen.append(boundary.current_job())
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual('toy h1', seen[0])
+        self.assertIsNone(boundary.current_job())
+
+    def test_only_results_finished_before_a_read_are_applied(self):
+        manual = _Manual()
+        env, rt, toy = self.make(pool=manual)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.start('toy', 'h2', S.FIRST)
+        rt.run()
+        manual.finish(0)  # h1's job
+        before = rt.finished()
+        manual.finish(0)  # h2's, after the caller's read
+        self.assertEqual(frozenset({('toy', 'h1')}), before)
+        rt.run(only=before)
+        self.assertEqual((S.SECOND, S.FIRST),
+                         (rt.get('toy', 'h1').state,
+                          rt.get('toy', 'h2').state))
+        rt.run()
+        self.assertIs(S.SECOND, rt.get('toy', 'h2').state)
+        self.assertEqual(frozenset(), rt.finished(kinds=('other',)))
+
+    def test_pace(self):
+        pace = [10.0]
+        env, rt, toy = self.make(pace=lambda: pace[0])
+        toy.after_first = lambda view, result: runtime.Wait()
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        rt.run()
+        self.assertEqual(1, len(env.coordinator.locked))  # stepped once
+        env.clock.t += 9.9
+        rt.run()
+        self.assertEqual(1, len(env.coordinator.locked))
+        env.clock.t += 0.1
+        rt.run()
+        self.assertEqual(2, len(env.coordinator.locked))
+        pace[0] = 0.0  # read at every step
+        rt.run()
+        self.assertEqual(3 + runtime.MAX_ROUNDS - 1,
+                         len(env.coordinator.locked))
+
+    def test_named_only_and_harvest_alone(self):
+        manual = _Manual()
+        env, rt, toy = self.make(pool=manual, named_only=True)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual([], manual.jobs)  # a run of every kind: not it
+        rt.run(kinds=('toy',))
+        manual.finish()
+        rt.harvest(kinds=('toy',))
+        # Applied (second), but its step not taken: no job submitted.
+        self.assertIs(S.SECOND, rt.get('toy', 'h1').state)
+        self.assertEqual([], manual.jobs)
+
+    def test_survives_leadership(self):
+        manual = _Manual()
+        lead = [True]
+        env = _env(manual)
+        rt = runtime.Runtime(env, leading=lambda: lead[0])
+        toy = _Kind()
+        rt.register(toy.kind(survives_leadership=True))
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        manual.finish()
+        lead[0] = False
+        rt.drop_results()
+        # The result is dropped, the record kept and stepped again later.
+        self.assertEqual([], toy.calls)
+        self.assertIs(S.FIRST, rt.get('toy', 'h1').state)
+        self.assertFalse(rt.busy())
+        lead[0] = True
+        rt.run()
+        self.assertEqual(1, len(manual.jobs))
+
+    def test_start_replacing_and_errors_counted_for_every_kind(self):
+        manual = _Manual()
+        seen = []
+
+        def on_error(view, exc):
+            seen.append(view.record.errors)
+            return runtime.Wait()
+        env, rt, toy = self.make(pool=manual, on_error=on_error)
+        rt.start('toy', 'h1', S.FIRST, errors=2)
+        rt.run()
+        rt.start('toy', 'h1', S.WAITING, replace=True)
+        self.assertFalse(rt.running('toy', 'h1'))
+        manual.finish()
+        rt.run()  # the replaced one's result is never applied
+        self.assertEqual([], toy.calls)
+        self.assertIs(S.WAITING, rt.get('toy', 'h1').state)
+        rt.start('toy', 'h2', S.FIRST, errors=2)
+        toy.job = lambda: 1 / 0
+        rt.run()
+        manual.finish()
+        rt.run()
+        self.assertEqual([3], seen)
+        self.assertEqual(3, rt.get('toy', 'h2').errors)
