@@ -174,7 +174,9 @@ class Soak(fixtures.Fixture):
                        and not svc.forced_down)
             if not healthy:
                 seen['failed'] = True
-                return False
+                # Nothing on it to recover: the service rightly leaves it
+                # down (the soak repairs it once the faults stop).
+                return not servers and svc.state == 'down'
             return seen['failed'] and all(
                 self.reader.get_server(i).status == 'ACTIVE'
                 for i in servers)
@@ -375,6 +377,7 @@ class Soak(fixtures.Fixture):
             time.sleep(1.0)
         for host in self.nova.hosts:
             self.cloud.bmc.set_mode(host, 'ok')
+        self._repair()
         while time.time() < deadline:
             if not audit.settled(self.truth()):
                 break
@@ -387,6 +390,23 @@ class Soak(fixtures.Fixture):
                     f.kind, f.target, SETTLE_BOUND, self._state(f.target))
                 for f in late)
             raise Breach(self.report_breach(self.breaches))
+
+    def _repair(self) -> None:
+        """What an operator's hands do once the faults stop.
+
+        A host left off (or with a dead nova-compute) because nothing on
+        it needed recovering is powered on (its compute started): the
+        end state then asks every host to be up. A host the service
+        recovered was powered on by the service already.
+        """
+        computes = self.nova.control.computes()
+        for host in self.nova.hosts:
+            if self.cloud.bmc.power_state(host) == 'off':
+                self.log('repair: power on %s' % host)
+                self.cloud.power_on(host)
+            elif not computes[host]['running']:
+                self.log('repair: start nova-compute on %s' % host)
+                self.nova.control.revive(host)
 
     def _state(self, target: str) -> str:
         """What Nova shows of a fault's host (or instance), for a breach."""
