@@ -182,10 +182,15 @@ class TestInstanceFailure(rec.RecoveryTestBase):
         self.assertIn('migrate', moved)
         self.assertIn('confirmResize', moved)
 
-        # Crash 3: both limits reached: the error state.
+        # Crash 3: both limits reached: the error state. (Its events are
+        # emitted when the tick applies the job's result, which may come
+        # a tick after Nova shows the state the job wrote.)
         self.crash(cloud, vm)
         rec.wait_for(lambda: cloud.server(vm).status == 'ERROR',
                      rec.RECOVERY_TIMEOUT, 'error state')
+        rec.wait_for(
+            lambda: len(eng.record.named(events.INSTANCE_CRASHED)) >= 3,
+            30, 'the third crash said')
         meta = cloud.client.servers.get(vm).metadata
         self.assertIn('instances clear crashy-host1', meta[irec.ERROR_KEY])
         self.assertEqual(
