@@ -455,6 +455,23 @@ class TestChain(testtools.TestCase):
         t = self.topo({'h1': [['ok', 'ok']]})
         self.assertEqual(('d1.1', 'd1.2'), t.fence('h1').devices)
 
+    def test_a_count_never_outweighs_a_device_that_reads_on(self):
+        # A watchdog's level infers "off" from a deadline; a device that
+        # reads the host on (someone powered it back on) wins, whichever
+        # level comes first.
+        for order in ((0, 1), (1, 0)):
+            t = self.topo({'h1': [['ok'], ['ok']]})
+            levels = t.levels('h1')
+            bmc, counted = (levels[order[0]][0], levels[order[1]][0])
+            counted.counts_watchdogs = True
+            counted.deadline_left = lambda: 0.0
+            counted.power = base.PowerState.OFF
+            reading = t.power_state('h1')
+            self.assertFalse(reading.off, reading.detail)
+            # The power-reading device unreadable: the count stands.
+            bmc.power_status = lambda timeout=None: 1 / 0
+            self.assertTrue(t.power_state('h1').off)
+
     def test_power_state_needs_a_whole_level_off(self):
         t = self.topo({'h1': [['ok'], ['ok', 'ok']]})
         reading = t.power_state('h1')

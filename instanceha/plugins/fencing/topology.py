@@ -350,7 +350,9 @@ class Topology(ports.Fencer):
                     state = 'unreadable (%s)' % exc
                 said.append('%s %s' % (drv.device, state))
                 states.append(state)
-            if all(st == 'off' for st in states):
+            if all(st == 'off' for st in states) and not (
+                    _counts(devices) and (seen_on or self._any_on(
+                        host, levels[index:], said))):
                 return ports.PowerReading(
                     host=host, off=True, detail='level %d reports off: %s'
                     % (index, ', '.join(said[-len(devices):])), level=index,
@@ -358,6 +360,23 @@ class Topology(ports.Fencer):
             seen_on = seen_on or all(st == 'on' for st in states)
         return ports.PowerReading(host=host, off=False, on=seen_on,
                                   detail=', '.join(said))
+
+    @staticmethod
+    def _any_on(host: str, levels: list, said: list[str]) -> bool:
+        """Whether a device of ``levels`` that can read power reads on."""
+        for devices in levels:
+            for drv in devices:
+                if drv.counts_watchdogs:
+                    continue
+                try:
+                    state = base.PowerState(drv.power_status(
+                        timeout=drv.timeout)).value
+                except Exception:  # a read proves nothing either way
+                    continue
+                said.append('%s %s' % (drv.device, state))
+                if state == 'on':
+                    return True
+        return False
 
     def stop(self) -> None:
         """Release every driver's resources (sessions, temporary files)."""
@@ -382,6 +401,15 @@ def _stop_file(file: config.FencingFile) -> None:
                 except Exception as exc:  # noqa: release the others
                     LOG.warning('host %s device %s: releasing it failed: %s',
                                 drv.host, drv.device, drv.redact(str(exc)))
+
+
+def _counts(level: list[base.FencingDriver]) -> bool:
+    """Whether a level infers "off" from a count (a watchdog's deadline).
+
+    Such a level observes nothing: a device of another level that reads
+    the host on (someone powered it back on) outweighs it.
+    """
+    return any(drv.counts_watchdogs for drv in level)
 
 
 def _wait_left(level: list[base.FencingDriver]) -> float | None:
