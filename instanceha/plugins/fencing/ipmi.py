@@ -23,7 +23,9 @@ import os
 import shutil
 import subprocess
 
+from instanceha.engine import model
 from instanceha.plugins.fencing import base
+from instanceha.plugins.fencing import ipmi_health
 
 #: ipmitool's own per-message timeout and retries: an unreachable BMC
 #: fails in about 6 s rather than ipmitool's default 20 s.
@@ -138,3 +140,19 @@ class IpmiFencing(base.FencingDriver):
         if 'chassis power is on' in out:
             return base.PowerState.ON
         return base.PowerState.UNKNOWN
+
+    # -- hardware health ---------------------------------------------------
+
+    supports_health = True
+
+    def health(self, timeout: float | None = None
+               ) -> tuple[model.HardwareCondition, ...]:
+        """The chassis fault bits and the asserted SEL events.
+
+        Two ipmitool sessions within one deadline (see
+        :mod:`instanceha.plugins.fencing.ipmi_health`).
+        """
+        deadline = self._deadline(timeout)
+        chassis = self._run(deadline, 'chassis', 'status')
+        sel = self._run(deadline, 'sel', 'list')
+        return ipmi_health.conditions(chassis, sel)

@@ -24,6 +24,12 @@ power states and make a BMC misbehave:
 - ``error``: power commands fail with completion code 0xd5;
 - ``silent``: drops every packet, so sessions time out.
 
+Hardware health, as a real BMC reports it: the fault bits of *Get Chassis
+Status* (power overload, main power fault, power control fault, drive
+fault, cooling/fan fault) and a System Event Log (*Get SEL Info*,
+*Reserve SEL*, *Get SEL Entry*, *Clear SEL*) whose records the control
+API adds; pyghmi's BMC implements neither, so this emulator does.
+
 Usage: python ipmi_bmc.py CONFIG.json   (written by IpmiBmcPeer)
 """
 
@@ -47,6 +53,34 @@ import pyghmi.ipmi.bmc as bmc  # noqa: E402
 MODES = ('ok', 'stuck', 'error', 'silent', 'lying')
 #: IPMI completion code "command cannot execute in present state".
 CANNOT_EXECUTE = 0xd5
+#: The storage network function (SEL commands).
+STORAGE_NETFN = 0x0a
+#: Get Chassis Status fault bits: name -> (response byte, bit value).
+CHASSIS_FAULTS = {
+    'power_overload': (1, 0x02),
+    'power_interlock': (1, 0x04),
+    'main_power_fault': (1, 0x08),
+    'power_control_fault': (1, 0x10),
+    'drive_fault': (3, 0x04),
+    'cooling_fault': (3, 0x08),
+}
+
+
+def _le32(value):
+    value = int(value)
+    return [value & 0xff, value >> 8 & 0xff, value >> 16 & 0xff,
+            value >> 24 & 0xff]
+
+
+def _sel_record(record_id, event):
+    """A 16-byte system event record (IPMI v2.0 section 32.1)."""
+    direction = 0x80 if event.get('deassert') else 0x00
+    event_type = event.get('event_type', 0x6f)
+    return ([record_id & 0xff, record_id >> 8, 0x02]
+            + _le32(event['timestamp'])
+            + [0x20, 0x00, 0x04, event['sensor_type'],
+               event['sensor_number'], direction | event_type,
+               event['offset'] & 0x0f, 0xff, 0xff])
 
 
 log = common.log
@@ -68,6 +102,11 @@ class HostBmc(bmc.Bmc):
         #: Every real power change: [wall-clock time, 'on'/'off'] (the
         #: physical truth a soak run audits against).
         self.history = [[time.time(), power]]
+        #: Chassis fault bits set through the control API (CHASSIS_FAULTS).
+        self.faults = set()
+        #: SEL records: dicts of sensor_type, sensor_number, offset,
+        #: deassert, timestamp (record ids are positions + 1).
+        self.sel = []
 
     # -- misbehaviour -----------------------------------------------------
 
@@ -79,7 +118,57 @@ class HostBmc(bmc.Bmc):
     def handle_raw_request(self, request, session):
         if self.mode == 'silent':
             return None
+        if request['netfn'] == STORAGE_NETFN:
+            return self._storage(request, session)
         return super().handle_raw_request(request, session)
+
+    # -- hardware health ----------------------------------------------------
+
+    def get_chassis_status(self, session):
+        with self.lock:
+            power = 1 if self.get_power_state() == 'on' else 0
+            faults = set(self.faults)
+        byte1 = power | sum(bit for name, (byte, bit)
+                            in CHASSIS_FAULTS.items()
+                            if byte == 1 and name in faults)
+        byte3 = sum(bit for name, (byte, bit) in CHASSIS_FAULTS.items()
+                    if byte == 3 and name in faults)
+        session.send_ipmi_response(data=[byte1, 0, byte3])
+
+    def _storage(self, request, session):
+        """The SEL commands of IPMI v2.0 section 31."""
+        cmd, data = request['command'], list(request['data'])
+        with self.lock:
+            records = list(self.sel)
+        if cmd == 0x40:             # Get SEL Info
+            stamp = _le32(records[-1]['timestamp'] if records else 0)
+            return session.send_ipmi_response(data=[
+                0x51, len(records) & 0xff, len(records) >> 8, 0xff, 0xff]
+                + stamp + [0, 0, 0, 0] + [0x02])
+        if cmd == 0x42:             # Reserve SEL
+            return session.send_ipmi_response(data=[0x01, 0x00])
+        if cmd == 0x43:             # Get SEL Entry
+            wanted = data[2] | data[3] << 8
+            if not records:
+                return session.send_ipmi_response(code=0xcb)
+            index = (len(records) - 1 if wanted == 0xffff
+                     else max(wanted, 1) - 1)
+            if index >= len(records):
+                return session.send_ipmi_response(code=0xcb)
+            following = index + 2 if index + 1 < len(records) else 0xffff
+            record = _sel_record(index + 1, records[index])
+            offset, count = data[4], data[5]
+            chunk = record[offset:] if count == 0xff else \
+                record[offset:offset + count]
+            return session.send_ipmi_response(
+                data=[following & 0xff, following >> 8] + chunk)
+        if cmd == 0x47:             # Clear SEL
+            with self.lock:
+                self.sel = []
+            return session.send_ipmi_response(data=[0x01])
+        if cmd == 0x48:             # Get SEL Time
+            return session.send_ipmi_response(data=_le32(time.time()))
+        return session.send_ipmi_response(code=0xc1)
 
     # -- power ------------------------------------------------------------
 
@@ -169,10 +258,45 @@ def control_app(bmcs, lock):
             b.power = state
         return 200, describe()[b.host]
 
+    def set_faults(parts, body):
+        """Replace a BMC's chassis fault bits."""
+        b = bmcs[parts[1]]
+        faults = set(body.get('faults') or ())
+        unknown = faults - set(CHASSIS_FAULTS)
+        if unknown:
+            return 400, {'error': 'unknown faults %s; known: %s' % (
+                sorted(unknown), sorted(CHASSIS_FAULTS))}
+        with lock:
+            b.faults = faults
+        return 200, {'faults': sorted(faults)}
+
+    def add_event(parts, body):
+        """Append one record to a BMC's SEL (or clear it)."""
+        b = bmcs[parts[1]]
+        if body.get('clear'):
+            with lock:
+                b.sel = []
+            return 200, {'sel': 0}
+        try:
+            event = {'sensor_type': int(body['sensor_type']),
+                     'sensor_number': int(body.get('sensor_number', 1)),
+                     'offset': int(body['offset']),
+                     'event_type': int(body.get('event_type', 0x6f)),
+                     'deassert': bool(body.get('deassert')),
+                     'timestamp': time.time()}
+        except (KeyError, TypeError, ValueError) as exc:
+            return 400, {'error': 'bad event: %s' % exc}
+        with lock:
+            b.sel.append(event)
+            count = len(b.sel)
+        return 200, {'sel': count}
+
     return common.json_app({
         ('GET', ('bmcs',)): get,
         ('POST', ('bmcs', '*', 'mode')): set_mode,
         ('POST', ('bmcs', '*', 'power')): set_power,
+        ('POST', ('bmcs', '*', 'faults')): set_faults,
+        ('POST', ('bmcs', '*', 'sel')): add_event,
     })
 
 

@@ -142,6 +142,27 @@ class IpmiBmcPeer(base.Peer):
         return self._control('POST', '/bmcs/%s/power' % host,
                              {'power': power})
 
+    def set_faults(self, host, *faults):
+        """Set host's chassis fault bits (ipmi_bmc.CHASSIS_FAULTS names)."""
+        return self._control('POST', '/bmcs/%s/faults' % host,
+                             {'faults': list(faults)})
+
+    def add_sel_event(self, host, sensor_type, offset, sensor_number=1,
+                      deassert=False, event_type=0x6f):
+        """Log one event in host's SEL, as the BMC's firmware would.
+
+        :param sensor_type: IPMI sensor type (0x08 power supply, 0x0c
+            memory, 0x01 temperature, 0x04 fan...).
+        :param offset: the event offset (e.g. 0x01 "failure detected").
+        """
+        return self._control('POST', '/bmcs/%s/sel' % host, {
+            'sensor_type': sensor_type, 'offset': offset,
+            'sensor_number': sensor_number, 'deassert': deassert,
+            'event_type': event_type})
+
+    def clear_sel(self, host):
+        return self._control('POST', '/bmcs/%s/sel' % host, {'clear': True})
+
     # -- the real client --------------------------------------------------
 
     def ipmitool(self, host, *args, password=None, timeout=30):
