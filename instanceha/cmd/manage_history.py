@@ -63,15 +63,25 @@ def _move_row(m: history.InstanceMove) -> tuple:
 
 def format_host(host: str, recoveries: list[history.Recovery]) -> str:
     if not recoveries:
-        return 'no recovery of %s in Nova\'s records' % host
+        return 'no recovery or emptying of %s in Nova\'s records' % host
     out = []
     for rec in recoveries:
-        out.append('recovery %s of %s: %s, started %s, %d instance(s)' % (
-            rec.recovery_id or '-', host, rec.state or 'finished',
-            _ts(rec.started) or '-', len(rec.instances)))
+        if rec.kind == 'emptied':
+            out.append('%s emptied by live migration: %s, started %s, %d '
+                       'instance(s)%s' % (
+                           host, 'in maintenance' if rec.state else
+                           'finished', _ts(rec.started) or '-',
+                           len(rec.instances),
+                           ' (%s)' % rec.note if rec.note else ''))
+        else:
+            out.append('recovery %s of %s: %s, started %s, %d instance(s)'
+                       % (rec.recovery_id or '-', host,
+                          rec.state or 'finished', _ts(rec.started) or '-',
+                          len(rec.instances)))
         if rec.instances:
             out.append(common.table(
-                MOVE_HEADER, [_move_row(m) for m in rec.instances]))
+                MOVE_HEADER + ('BY',), [_move_row(m) + (m.user,)
+                                        for m in rec.instances]))
         out.append('')
     return '\n'.join(out).rstrip()
 
@@ -122,8 +132,10 @@ def _format_arg(parser) -> None:
 def add_host_parser(sub) -> None:
     """``hosts history`` (called by the ``hosts`` group)."""
     hist = sub.add_parser('history', help='past and running recoveries of '
-                          'a host: each instance\'s source, target, Nova '
-                          'request id, attempts and result')
+                          'a host, and the times it was emptied by live '
+                          'migration (maintenance, proactive evacuation): '
+                          'each instance\'s source, target, Nova request '
+                          'id, attempts, result and who asked')
     hist.add_argument('host', help='compute host name as Nova lists it')
     hist.add_argument('--since', help='only from this UTC time '
                       '(2026-11-30T12:00:00Z, 2026-11-30) or age (12h, 7d)')

@@ -22,7 +22,13 @@ Nova itself --
 * evacuation migration records: each instance's source, target, status
   and times;
 * instance actions: the ``evacuate`` request ids (the id in Nova's own
-  logs), who asked, how many tries and whether Nova reported an error.
+  logs), who asked, how many tries and whether Nova reported an error;
+* live-migration records from the host: the host emptied, by a
+  maintenance (the operator's, the shutdown policy migrate's, or a
+  proactive evacuation for a hardware condition) or by anyone else; the
+  ``BY`` of each move says who asked. While the host is in maintenance
+  its reason says which one and why (e.g. ``proactive: power_supply
+  PSU 2 Critical``); once it ended, Nova keeps the moves but not the why.
 
 Evacuations of one host less than :data:`GAP` apart are one recovery.
 The recovery id is known for a recovery whose marker is still in Nova
@@ -80,18 +86,26 @@ class InstanceMove:
 
 @dataclasses.dataclass
 class Recovery:
+    """One episode of a host: a recovery, or the host being emptied."""
+
     host: str
     recovery_id: str | None
-    #: The marker's state while the recovery is in Nova's hands, else
-    #: None (finished: the host was enabled again).
+    #: The marker's state while the recovery is in Nova's hands
+    #: (``maintenance`` while the host is in maintenance), else None
+    #: (finished).
     state: str | None
     started: datetime.datetime | None
     instances: list[InstanceMove]
+    #: ``recovery`` (evacuations) or ``emptied`` (live migrations).
+    kind: str = 'recovery'
+    #: Why, while Nova still says it (a maintenance's note).
+    note: str = ''
 
     def as_dict(self) -> dict:
-        return {'host': self.host, 'recovery_id': self.recovery_id,
+        return {'host': self.host, 'kind': self.kind,
+                'recovery_id': self.recovery_id,
                 'state': self.state or 'finished',
-                'started': _ts(self.started),
+                'started': _ts(self.started), 'note': self.note,
                 'instances': [i.as_dict() for i in self.instances]}
 
 
@@ -130,35 +144,64 @@ def move(mig, actions: list[dict]) -> InstanceMove:
         kind=mig.migration_type, user=last.get('user_id') if last else None)
 
 
-def host_history(cloud, host: str,
-                 since: datetime.datetime | None = None) -> list[Recovery]:
-    """Every recovery of ``host`` Nova still remembers, oldest first."""
-    current = None
-    for svc in cloud.list_services():
-        if svc.host == host:
-            current = reasons.of_service(svc).marker
-    migrations = sorted(
-        cloud.migrations(source_host=host, since=since),
-        key=lambda m: m.created_at or datetime.datetime.min.replace(
-            tzinfo=datetime.timezone.utc))
-    actions: dict[str, list[dict]] = {}
-    recoveries: list[Recovery] = []
-    for mig in migrations:
+def _episodes(cloud, host: str, migrations: list, kind: str,
+              actions: dict[str, list[dict]]) -> list[Recovery]:
+    """Moves of one host less than :data:`GAP` apart, as episodes."""
+    episodes: list[Recovery] = []
+    epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+    for mig in sorted(migrations, key=lambda m: m.created_at or epoch):
         if mig.server_id not in actions:
             actions[mig.server_id] = cloud.instance_actions(mig.server_id)
-        prev = recoveries[-1] if recoveries else None
+        prev = episodes[-1] if episodes else None
         if (prev is None or prev.instances[-1].started is None
                 or mig.created_at is None
                 or mig.created_at - prev.instances[-1].started > GAP):
             prev = Recovery(host=host, recovery_id=None, state=None,
-                            started=mig.created_at, instances=[])
-            recoveries.append(prev)
+                            started=mig.created_at, instances=[],
+                            kind=kind)
+            episodes.append(prev)
         prev.instances.append(move(mig, actions[mig.server_id]))
-    for rec in recoveries:
+    for rec in episodes:
         rec.instances = _per_instance(rec.instances)
-    if current is not None:
-        _attach_marker(recoveries, host, current)
-    return recoveries
+    return episodes
+
+
+def host_history(cloud, host: str,
+                 since: datetime.datetime | None = None) -> list[Recovery]:
+    """Every recovery and emptying of ``host`` Nova remembers, oldest first.
+
+    Costs one read of the services, two of migration records (evacuations
+    and live migrations from the host) and one of instance actions per
+    instance moved.
+    """
+    current = None
+    for svc in cloud.list_services():
+        if svc.host == host:
+            current = reasons.of_service(svc)
+    actions: dict[str, list[dict]] = {}
+    recoveries = _episodes(cloud, host, cloud.migrations(
+        source_host=host, since=since), 'recovery', actions)
+    emptied = _episodes(cloud, host, cloud.migrations(
+        source_host=host, since=since, migration_type='live-migration'),
+        'emptied', actions)
+    if current is not None and current.marker is not None:
+        _attach_marker(recoveries, host, current.marker)
+    if current is not None and current.maintenance is not None:
+        _attach_maintenance(emptied, host, current.maintenance)
+    epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
+    return sorted(recoveries + emptied, key=lambda r: r.started or epoch)
+
+
+def _attach_maintenance(emptied: list[Recovery], host: str,
+                        maint: reasons.Maintenance) -> None:
+    """The current maintenance names the moves since it began."""
+    last = emptied[-1] if emptied else None
+    if last is None or last.started is None or \
+            last.started < maint.since - SLACK:
+        last = Recovery(host=host, recovery_id=None, state=None,
+                        started=maint.since, instances=[], kind='emptied')
+        emptied.append(last)
+    last.state, last.note = 'maintenance', maint.note
 
 
 def _per_instance(moves: list[InstanceMove]) -> list[InstanceMove]:

@@ -129,5 +129,5 @@ class TestHistory(testtools.TestCase):
     def test_a_host_never_recovered(self):
         self.assertEqual([], json.loads(self.cli(
             'hosts', 'history', 'host2', '--format', 'json')))
-        self.assertIn("no recovery of host2", self.cli(
+        self.assertIn("no recovery or emptying of host2", self.cli(
             'hosts', 'history', 'host2'))

@@ -31,6 +31,7 @@ import yaml
 from instanceha.daemon import proactive as proactive_daemon
 from instanceha.engine import model
 from instanceha.engine import reasons
+from instanceha.ops import history
 from instanceha.plugins.fencing import topology
 from instanceha.plugins import loader
 from tests.functional import peers
@@ -104,6 +105,13 @@ class TestProactiveIpmi(testtools.TestCase):
         self.assertEqual(
             'proactive: power_supply Power Supply #0x02: Failure detected '
             'Critical', reasons.read(svc.disabled_reason).maintenance.note)
+        # hosts history shows the host emptied, and why, from Nova alone.
+        [emptied] = history.host_history(self.cloud, 'host1')
+        self.assertEqual(('emptied', 'maintenance'),
+                         (emptied.kind, emptied.state))
+        self.assertTrue(emptied.note.startswith('proactive: power_supply'))
+        self.assertEqual(sorted(s.id for s in self.servers),
+                         sorted(m.server for m in emptied.instances))
         # Never fenced: the BMC never saw a power change.
         self.assertEqual('on', self.bmc.power_state('host1'))
         self.assertEqual(1, len(self.bmc.power_history('host1')))

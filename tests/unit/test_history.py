@@ -19,6 +19,7 @@ import testtools
 from instanceha.cmd import manage_history
 from instanceha.engine import marker
 from instanceha.engine import model
+from instanceha.engine import reasons
 from instanceha.engine import states
 from instanceha import exceptions
 from instanceha.ops import history
@@ -55,11 +56,13 @@ class Records:
         return self._actions.get(server_id, [])
 
 
-def mig(mid, server, minutes, status='done', dest='h2'):
+def mig(mid, server, minutes, status='done', dest='h2',
+        kind='evacuation'):
     return model.Migration(id=mid, server_id=server, source_host='h1',
                            dest_host=dest, status=status,
                            created_at=at(minutes),
-                           updated_at=at(minutes + 0.5))
+                           updated_at=at(minutes + 0.5),
+                           migration_type=kind)
 
 
 def action(rid, minutes, message=None):
@@ -117,6 +120,53 @@ class TestHostHistory(testtools.TestCase):
                          (rec.instances[0].attempts,
                           rec.instances[0].request_id,
                           rec.instances[0].result))
+
+
+class TestEmptied(testtools.TestCase):
+
+    def cloud(self, reason=None):
+        return Records(
+            [mig('m1', 'a', 0), mig('l1', 'b', 60, kind='live-migration'),
+             mig('l2', 'c', 61, kind='live-migration', dest='h3')],
+            {'a': [action('req-1', 0)],
+             'b': [dict(action('req-2', 60), action='live-migration',
+                        user_id='svc')],
+             'c': [dict(action('req-3', 61), action='live-migration',
+                        user_id='svc')]}, reason)
+
+    def test_a_proactive_maintenance_says_why_while_it_lasts(self):
+        why = reasons.Maintenance(
+            since=at(59.5), note='proactive: power_supply PSU 2 Critical')
+        recovery, emptied = history.host_history(
+            self.cloud(why.render()), 'h1')
+        self.assertEqual(('recovery', 'finished'),
+                         (recovery.kind, recovery.as_dict()['state']))
+        self.assertEqual(('emptied', 'maintenance',
+                          'proactive: power_supply PSU 2 Critical'),
+                         (emptied.kind, emptied.state, emptied.note))
+        self.assertEqual([('b', 'h2', 'req-2', 'svc'),
+                          ('c', 'h3', 'req-3', 'svc')],
+                         [(m.server, m.target, m.request_id, m.user)
+                          for m in emptied.instances])
+        text = manage_history.format_host('h1', [recovery, emptied])
+        self.assertIn('h1 emptied by live migration: in maintenance, '
+                      'started 2026-11-30T13:00:00Z, 2 instance(s) '
+                      '(proactive: power_supply PSU 2 Critical)', text)
+
+    def test_after_the_maintenance_the_moves_remain_without_why(self):
+        _, emptied = history.host_history(self.cloud(), 'h1')
+        self.assertEqual((None, ''), (emptied.state, emptied.note))
+        self.assertEqual(2, len(emptied.instances))
+
+    def test_a_maintenance_with_nothing_moved_yet(self):
+        why = reasons.Maintenance(since=at(200), note='disk swap')
+        episodes = history.host_history(self.cloud(why.render()), 'h1')
+        self.assertEqual(['recovery', 'emptied', 'emptied'],
+                         [e.kind for e in episodes])
+        self.assertEqual(('maintenance', 'disk swap', []),
+                         (episodes[-1].state, episodes[-1].note,
+                          episodes[-1].instances))
+        self.assertIsNone(episodes[1].state)
 
 
 class TestSince(testtools.TestCase):
