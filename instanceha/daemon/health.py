@@ -574,7 +574,8 @@ def _capacity_check(service, metrics: metrics_mod.Metrics,
     if conf.proactive.interval:
         checks.append(proactive.ProactiveCheck(
             conf, service.env, service.engine.drivers,
-            leading=monitor.leader))
+            leading=monitor.leader,
+            held=proactive.gates_holding(service.engine)))
     for check in checks:
         check.start()
 

@@ -31,6 +31,7 @@ from instanceha.daemon import periodic
 from instanceha.engine import capacity
 from instanceha.engine import events as ev
 from instanceha.engine import model
+from instanceha.engine import plan as plan_mod
 from instanceha.engine import proactive
 from instanceha.ops import capacity as ops_capacity
 from instanceha.ops import maintenance
@@ -49,16 +50,41 @@ def limits(conf) -> proactive.Limits:
         threshold=opts.threshold)
 
 
+def gates_holding(engine) -> Callable[[], str]:
+    """Why the engine's latest plan has gates holding failed hosts."""
+    def held() -> str:
+        plan = getattr(engine, 'plan', None)
+        if plan is None:
+            return ''
+        if plan.blocked_by:
+            return '; '.join(plan.blocked_by)
+        return '; '.join(sorted({
+            'gate %s' % d.gate for d in plan.decisions
+            if d.decision is plan_mod.Decision.BLOCKED and d.gate}))
+    return held
+
+
 class ProactiveCheck(periodic.Periodic):
     """One round at a time: read, decide, empty, tell."""
 
     name = 'proactive'
 
-    def __init__(self, conf, env, drivers, leading: Callable[[], bool]):
+    def __init__(self, conf, env, drivers, leading: Callable[[], bool], *,
+                 held: Callable[[], str] = lambda: '',
+                 run_all: Callable = maintenance.threaded_map):
+        """The check of one copy of the service.
+
+        :param held: why the recovery's gates hold failed hosts now
+            ('' when they do not; see :func:`gates_holding`).
+        :param run_all: how the BMCs are read and the moves made
+            (threads; the simulator: one after the other).
+        """
         self.conf = conf
         self.env = env
         self.drivers = drivers
         self.leading = leading
+        self.held = held
+        self.run_all = run_all
         self.decider = proactive.Proactive(
             proactive.parse_rules(conf.proactive.rules), limits(conf))
         self._said: dict[str, tuple] = {}
@@ -109,11 +135,12 @@ class ProactiveCheck(periodic.Periodic):
         snapshot = self.env.cloud.read_services()
         hosts = [s.host for s in snapshot.services
                  if proactive.candidate(s)]
-        readings = dict(maintenance.threaded_map(
+        readings = dict(self.run_all(
             self._read, hosts, max(1, self.conf.workers)))
         verdicts = self.decider.decide(
             readings, snapshot, self.env.clock.monotonic(),
-            paused=self._paused(), absorbed=self._room(snapshot))
+            paused=self._paused(), held=self.held(),
+            absorbed=self._room(snapshot))
         for verdict in verdicts:
             self._act(verdict)
         return verdicts
@@ -126,7 +153,8 @@ class ProactiveCheck(periodic.Periodic):
                                  conditions=v.conditions)
             try:
                 maintenance.Maintenance(self.env.cloud, out=LOG.info,
-                                        clock=self.env.clock).start(
+                                        clock=self.env.clock,
+                                        run_all=self.run_all).start(
                     v.host, self.env.clock.now(), note=note)
             except Exception as exc:  # noqa: said, tried again next round
                 LOG.error('proactive: could not empty %s: %s', v.host, exc)

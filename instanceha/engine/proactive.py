@@ -18,7 +18,9 @@ is classified by the configured rules as ``ignore``, ``warn`` or
 ``evacuate``; a host with an ``evacuate`` condition is emptied through
 the maintenance path (live migration, no fencing) only if, in order:
 
-1. instance HA is not paused;
+1. instance HA is not paused, and no gate of the recovery holds a
+   failed host (a mass failure, a failure domain down: emptying more
+   hosts then moves load onto what the recovery will need);
 2. not more than ``threshold`` percent of the hosts read ask for it at
    once (a firmware or sensor fault across a fleet is not a fleet's
    hardware failing: nothing is emptied);
@@ -148,13 +150,15 @@ class Proactive:
     def decide(self, readings: Mapping[
             str, Iterable[model.HardwareCondition] | None],
                snapshot: model.Snapshot, now: float, *,
-               paused: bool = False,
+               paused: bool = False, held: str = '',
                absorbed: Callable[[str], str | None] = lambda h: None
                ) -> list[Verdict]:
         """This round's verdicts; the hosts to empty are ``evacuate``.
 
         :param readings: host -> its conditions (None: its BMC could not
             be read; that host's count is kept, not reset).
+        :param held: why the recovery's gates hold failed hosts now
+            ('' when they do not).
         :param absorbed: host -> why its instances would not find room
             (None: they would).
         """
@@ -174,6 +178,8 @@ class Proactive:
             why = None
             if paused:
                 why = 'instance HA is paused'
+            elif held:
+                why = 'the recovery\'s gates hold failed hosts (%s)' % held
             elif mass:
                 why = ('%d of %d hosts read ask to be emptied (> threshold '
                        '%d%%): a sensor or firmware fault is likelier; none '

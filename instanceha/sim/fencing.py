@@ -108,6 +108,13 @@ class SimFencing(base.FencingDriver):
         return base.PowerState(self._call(
             self.world.device_read, self.target, self.remaining(deadline)))
 
+    #: A simulated BMC reports what the timeline's ``health`` set.
+    supports_health = True
+
+    def health(self, timeout: float | None = None) -> tuple:
+        return self._call(self.world.device_health, self.target,
+                          self.remaining(self._deadline(timeout)))
+
 
 class SimulatedDevice(SimFencing):
     """A device of another driver, checked by it, powered in the world."""

@@ -137,6 +137,10 @@ class Copy:
     reloader: object = None
     #: The shutdown policy's handler (with the heartbeat detector).
     shutdown: object = None
+    #: Proactive evacuation's check (``[proactive] interval``), run on
+    #: the simulated clock instead of a thread of its own.
+    proactive: object = None
+    next_proactive: float | None = None
 
     def new_cycle(self) -> None:
         self.blocked.clear()
@@ -277,6 +281,16 @@ class Simulation(sim_timeline.Timeline):
             copy.shutdown = sim_shutdown.ShutdownHandler(
                 conf, copy.engine, env.announcements,
                 run_all=maintenance.serial_map)
+        copy.proactive, copy.next_proactive = None, None
+        if conf.proactive.interval:
+            from instanceha.daemon import proactive
+            copy.proactive = proactive.ProactiveCheck(
+                conf, env, drivers,
+                leading=lambda: self.election.leader() == name,
+                held=proactive.gates_holding(copy.engine),
+                run_all=maintenance.serial_map)
+            copy.next_proactive = self.clock.world_t + min(
+                copy.proactive.first, copy.proactive.interval())
         copy.interval = float(self.scenario.settings.get(
             'tick', conf.tick_interval))
         copy.next_tick = self.clock.world_t
@@ -352,6 +366,20 @@ class Simulation(sim_timeline.Timeline):
                                     _time.process_time() - cpu,
                                     self.cloud.api_calls - calls))
 
+    def _proactive(self, copy: Copy, t: float) -> None:
+        """A round of proactive evacuation when one is due.
+
+        In the service it runs on a thread of its own, outside the tick;
+        here it runs between ticks, as the copy's actor.
+        """
+        if not copy.running or copy.next_proactive is None or \
+                copy.next_proactive > t:
+            return
+        copy.next_proactive = t + copy.proactive.interval()
+        self.world.actor = copy.name
+        # Its verdicts are told by its events, once per change.
+        copy.proactive.check()
+
     def _planner(self, copy: Copy, drivers, conf) -> Callable:
         """The engine's default planner, telling the log what it decided.
 
@@ -392,6 +420,7 @@ class Simulation(sim_timeline.Timeline):
             times.append(copy.executor.next_due())
             if copy.running:
                 times.append(copy.next_tick)
+                times.append(copy.next_proactive)
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -463,6 +492,7 @@ class Simulation(sim_timeline.Timeline):
                 if copy.running and copy.next_tick <= t:
                     copy.next_tick = t + copy.interval
                     self._tick(copy)
+                self._proactive(copy, t)
             if stop_when is not None and stop_when():
                 self.end = t
                 break

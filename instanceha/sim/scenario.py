@@ -96,6 +96,11 @@ COMMANDS = {
     'disable': ('HOST [REASON...]', 'an operator disables the service'),
     'enable': ('HOST', 'an operator enables the service'),
     'capacity': ('HOST VCPUS', 'change a host\'s capacity'),
+    'health': ('HOST ok|KIND:HEALTH[:PART]...',
+               'the host\'s BMC reports these hardware conditions from now '
+               'on (KIND system, memory, power_supply or thermal; HEALTH '
+               'Warning or Critical), or none (ok); read by proactive '
+               'evacuation'),
     'service': ('crash|restart|stop|start [COPY]',
                 'crash, restart, stop or start a copy of instanceha'),
     'coordination': ('down|up', 'the coordination backend fails/returns'),

@@ -31,6 +31,7 @@ from instanceha.cmd import manage_hosts
 from instanceha.cmd import manage_instances
 from instanceha import conf as ha_conf
 from instanceha.daemon import reloading
+from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
 from instanceha import exceptions
 from instanceha.ops import maintenance
@@ -199,6 +200,11 @@ class Timeline:
             w.stamp_write(h)
             if h.disabled_reason:
                 details['reason'] = h.disabled_reason
+        elif name == 'health':
+            need(2)
+            w.hardware[host] = self._conditions(where, a[1:])
+            details['conditions'] = ', '.join(
+                c.describe() for c in w.hardware[host]) or 'none'
         elif name == 'capacity':
             need(2)
             w.host(host).vcpus = int(a[1])
@@ -468,6 +474,25 @@ class Timeline:
             return a[1], {'deleted': 'service'}
         raise sim_world.ScenarioError(
             '%s: expected %s' % (where, sim_scenario.COMMANDS['nova'][0]))
+
+    @staticmethod
+    def _conditions(where: str, words) -> tuple:
+        """``ok`` or KIND:HEALTH[:PART] words as hardware conditions."""
+        if list(words) == ['ok']:
+            return ()
+        found = []
+        for word in words:
+            kind, _, rest = word.partition(':')
+            health, _, part = rest.partition(':')
+            if kind not in ('system', 'memory', 'power_supply', 'thermal') \
+                    or health not in ('Warning', 'Critical'):
+                raise sim_world.ScenarioError(
+                    '%s: %r: expected ok or KIND:HEALTH[:PART] with KIND '
+                    'system, memory, power_supply or thermal and HEALTH '
+                    'Warning or Critical' % (where, word))
+            found.append(model.HardwareCondition(kind, health,
+                                                 part or kind))
+        return tuple(found)
 
     def _maintenance(self, where: str, a: tuple) -> None:
         """An operator runs ``instanceha-manage maintenance start|end``.

@@ -297,6 +297,8 @@ class World:
         self.stamps_writes = False
         #: Injected Nova API faults, oldest first.
         self.nova_faults: list[NovaFault] = []
+        #: host -> the hardware conditions its BMC reports (``health``).
+        self.hardware: dict[str, tuple[model.HardwareCondition, ...]] = {}
         #: Nova's API cannot be reached at all (``nova down``).
         self.nova_down = False
         #: Evacuation records appear in listings this long after the
@@ -706,6 +708,16 @@ class World:
         if state == 'off':
             self.confirm_fenced(dev.host)
         return state
+
+    def device_health(self, name: str, remaining: float
+                      ) -> tuple[model.HardwareCondition, ...]:
+        """The hardware conditions a host's BMC reports (an outlet: none)."""
+        dev = self.device(name)
+        self._fault(dev, remaining)
+        if dev.kind != 'bmc':
+            raise DeviceFault('error', 'a PDU outlet reports no hardware '
+                              'health')
+        return self.hardware.get(dev.host, ())
 
     def device_request(self, name: str, state: str,
                        remaining: float) -> None:

@@ -121,6 +121,16 @@ class TestDecide(testtools.TestCase):
             r, 120, absorbed=lambda h: 'no room: 2 instances')['h1'])
         self.assertEqual(('evacuate', ''), self.actions(r, 180)['h1'])
 
+    def test_held_while_the_recovery_gates_hold_failed_hosts(self):
+        r = {'h1': (PSU,), 'h2': ()}
+        self.actions(r, 0)
+        held = self.p.decide(r, self.snap, 60,
+                             held='threshold: 3 of 4 hosts unhealthy')
+        self.assertEqual(['held'], [v.action for v in held])
+        self.assertIn('gates hold failed hosts (threshold: 3 of 4',
+                      held[0].why)
+        self.assertEqual(('evacuate', ''), self.actions(r, 120)['h1'])
+
     def test_only_enabled_up_hosts(self):
         self.snap = snapshot('h1', 'h2', h1='down', h2='disabled')
         r = {'h1': (PSU,), 'h2': (PSU,)}
@@ -136,3 +146,27 @@ class TestDecide(testtools.TestCase):
         self.actions({'h1': None, 'h2': ()}, 60)
         self.assertEqual(('evacuate', ''),
                          self.actions({'h1': (PSU,), 'h2': ()}, 120)['h1'])
+
+
+class TestGatesHolding(testtools.TestCase):
+
+    def engine(self, plan):
+        return type('Engine', (), {'plan': plan})()
+
+    def test_block_all_then_per_host_gates_then_nothing(self):
+        from instanceha.daemon import proactive as daemon
+        from instanceha.engine import plan as plan_mod
+        blocked = plan_mod.HostDecision(
+            'h1', plan_mod.Decision.BLOCKED, ('down',), (), None,
+            gate='failure_domain')
+        healthy = plan_mod.HostDecision(
+            'h2', plan_mod.Decision.HEALTHY, (), (), None)
+        self.assertEqual('', daemon.gates_holding(self.engine(None))())
+        self.assertEqual('gate failure_domain', daemon.gates_holding(
+            self.engine(plan_mod.Plan(taken_at=None,
+                                      decisions=(blocked, healthy))))())
+        self.assertEqual('threshold: 75%', daemon.gates_holding(
+            self.engine(plan_mod.Plan(taken_at=None, decisions=(blocked,),
+                                      blocked_by=('threshold: 75%',))))())
+        self.assertEqual('', daemon.gates_holding(self.engine(
+            plan_mod.Plan(taken_at=None, decisions=(healthy,))))())
