@@ -36,7 +36,9 @@ as a leading copy answers it.
 
 The invariants of :mod:`instanceha.sim.world` (no instance runs twice)
 then check the service's ``watchdog`` fencing level: a host it counted
-off must really have reset before its instances started elsewhere.
+off must really have stopped running the armed run (reset by its
+watchdog, or crashed or powered off by anything else after the last
+answer it heard) before its instances started elsewhere.
 """
 
 import dataclasses
@@ -115,6 +117,18 @@ class Watchdogs:
         dog.armed, dog.heard = True, t
         run = dog.run
         w.at(t + dog.deadline, lambda: self._expire(host, t, run))
+
+    def run_ended(self, host: str) -> None:
+        """The host stopped running (power lost, a crash, a reset).
+
+        An armed run that ends, however it ends, is what the service's
+        watchdog level counts on: its guests are dead, and a new boot
+        runs none of them until its agent hears the service again (a
+        power cycle after the last answer proves as much as a reset).
+        """
+        h, dog = self.world.hosts[host], self.dogs.get(host)
+        if dog is not None and dog.armed and dog.run == h.agent_boot:
+            h.self_fenced = True
 
     def _expire(self, host: str, heard: float, run: int) -> None:
         """The device's deadline since a feed: it resets unless fed again."""

@@ -157,7 +157,8 @@ class Host:
     kdump_end: float | None = None
     #: A fencing device confirmed this host off since it last booted.
     fence_proof: bool = False
-    #: Its watchdog reset it, and its agent has not heard the service
+    #: The run its watchdog guarded ended (the watchdog's reset, a
+    #: crash, power lost), and its agent has not heard the service
     #: since (see instanceha.sim.watchdogs).
     self_fenced: bool = False
     #: When the current failure episode began (for "evacuated twice").
@@ -421,6 +422,8 @@ class World:
         for srv in self.servers.values():
             if h.name in srv.running_on:
                 srv.running_on.discard(h.name)
+        if self.watchdogs is not None:
+            self.watchdogs.run_ended(h.name)
 
     def _power_changed(self, h: Host, was_powered: bool) -> None:
         if was_powered and not h.powered:
