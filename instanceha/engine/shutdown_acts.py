@@ -88,7 +88,9 @@ def freeze(ctx: Context, view: runtime.View, svc: model.Service,
 
     Its ``until`` is what is left of ``[shutdown] return_timeout``; a
     host an earlier leader froze is frozen already; a host someone else
-    disabled (or one being recovered) is left as it is.
+    disabled (or one being recovered) is left as it is, also when the
+    snapshot is older than their disable: the service is read again
+    under the host's lock before it is written.
     """
     if reasons.of_disabled(svc).frozen:
         return runtime.Go(P.FROZEN, emit=host_state(
@@ -103,15 +105,25 @@ def freeze(ctx: Context, view: runtime.View, svc: model.Service,
         since=now, kind=d.ann.kind,
         until=now + datetime.timedelta(seconds=left), nova_clock=True,
         note='policy %s (%s)' % (d.policy, d.source)).render()
-    cloud = ctx.env.cloud
+    cloud, host = ctx.env.cloud, view.record.key
 
     def job():
-        cloud.update_service(svc, status=model.DISABLED,
+        current = cloud.read_services().service(host)
+        if current is None or current.disabled:
+            return current  # taken meanwhile (or gone): not written
+        cloud.update_service(current, status=model.DISABLED,
                              disabled_reason=reason)
+        return None
 
-    return runtime.Job(run=job, then=lambda v, _: runtime.Go(
-        P.FROZEN, emit=host_state(H.HEALTHY, H.FROZEN, kind=d.ann.kind,
-                                  policy=d.policy, expect_in=left)))
+    def then(now_view, taken):
+        if taken is not None:
+            return leave(ctx, now_view, 'its compute service is disabled '
+                         '(reason: %s)' % (taken.disabled_reason or 'none'))
+        return runtime.Go(P.FROZEN, emit=host_state(
+            H.HEALTHY, H.FROZEN, kind=d.ann.kind, policy=d.policy,
+            expect_in=left))
+
+    return runtime.Job(run=job, then=then)
 
 
 def record(ctx: Context, view: runtime.View,
