@@ -56,6 +56,9 @@ TRANSIENT = re.compile(r'^instanceha:(powering_on|waiting_up|enabling|'
 #: is off the dead host (the others are named in gave_up).
 RECOVERED = re.compile(r'^instanceha:(evacuated|powering_on|waiting_up|'
                        r'enabling|left_disabled) ')
+#: The note of a marker an operator's ``instanceha-manage hosts clear``
+#: wrote (see instanceha/cmd/manage_hosts.py).
+CLEARED = 'cleared by operator'
 #: Timeline commands after which a host may rightly be fenced.
 FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
             'kdump', 'watchdog')
@@ -191,10 +194,13 @@ def left_behind(sim, case) -> list[tuple[str, str]]:
                           'with %r' % (h.name, ' and reports' if h.beating
                                        else '', reason)))
         if (h.powered and h.os_running or not RECOVERED.match(reason)
-                or RECOVERED.match(initial.get(h.name) or '')):
+                or RECOVERED.match(initial.get(h.name) or '')
+                or CLEARED in reason):
             # (A marker the cloud starts with that says the recovery is
             # over claims what no copy of this run did: the copies rightly
-            # believe it, whatever the generated cloud left on the host.)
+            # believe it, whatever the generated cloud left on the host.
+            # An operator's "hosts clear" hands the host back: what is
+            # left on it is theirs, as the FAILED host's message asks.)
             continue
         for srv in sorted(w.servers.values(), key=lambda s: s.name):
             if (srv.host == h.name and srv.status == 'ACTIVE'
@@ -214,7 +220,10 @@ def at_rest(sim, case) -> list[tuple[str, str]]:
     left behind, no instance left on a host whose recovery is over.
     """
     found = []
-    for host, reason in sorted(case.expected_operator_reasons().items()):
+    recreated = [(ev.t, ev.host) for ev in sim.log.events
+                 if ev.event == 'service_recreated']
+    for host, reason in sorted(case.expected_operator_reasons(
+            recreated).items()):
         h = sim.world.hosts.get(host)
         if h is not None and (h.status != 'disabled'
                               or h.disabled_reason != reason):

@@ -511,11 +511,22 @@ class Case(kinds.KindsStream, faults.FaultsStream):
         return [sim_scenario.Command(float(t), name, args, i + 1)
                 for i, (t, name, args) in enumerate(ordered)]
 
-    def expected_operator_reasons(self) -> dict[str, str]:
-        """Hosts whose last operator action is a disable -> its reason."""
+    def expected_operator_reasons(self, recreated=()) -> dict[str, str]:
+        """Hosts whose last operator action is a disable -> its reason.
+
+        ``recreated``: (time, host) of each compute service record Nova
+        made anew (enabled) after a ``nova delete-service``: what an
+        operator did to the host before is gone with the old record (a
+        disable of a deleted record is one Nova would have refused).
+        """
         last: dict[str, str | None] = {}
-        for t, name, args in sorted(self.timeline, key=lambda c: c[0]):
-            if name == 'disable':
+        story = sorted(list(self.timeline) + [
+            (t, 'recreated', (h,)) for t, h in recreated],
+            key=lambda c: c[0])
+        for t, name, args in story:
+            if name == 'recreated':
+                last[args[0]] = None
+            elif name == 'disable':
                 last[args[0]] = ' '.join(args[1:])
             elif name == 'enable':
                 last[args[0]] = None

@@ -449,12 +449,7 @@ class World:
         h.agent_hung = False
         h.agent_boot += 1
         h.episode += 1
-        if h.name in self.deleted_services:
-            # A starting nova-compute registers a new service record.
-            self.deleted_services.discard(h.name)
-            h.status, h.disabled_reason, h.forced_down = (
-                model.ENABLED, None, False)
-            self.say('nova', 'service_recreated', h.name)
+        self._register(h)
         # nova-compute's init_host: evacuated guests are destroyed, and
         # the power-state sync stops the ones whose guest did not survive.
         for mig in self.migrations:
@@ -561,7 +556,21 @@ class World:
     def set_compute(self, host: str, running: bool) -> None:
         h = self.host(host)
         h.compute_running = running
+        if running and h.powered and h.os_running:
+            self._register(h)
         self._refresh(h)
+
+    def _register(self, h: Host) -> None:
+        """A starting nova-compute registers a new service record.
+
+        (Only if ``nova delete-service`` deleted its record: Nova makes
+        it anew, enabled, with nothing of the old one.)
+        """
+        if h.name in self.deleted_services:
+            self.deleted_services.discard(h.name)
+            h.status, h.disabled_reason, h.forced_down = (
+                model.ENABLED, None, False)
+            self.say('nova', 'service_recreated', h.name)
 
     # --- Nova's view ----------------------------------------------------
 

@@ -199,6 +199,26 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual([self.gen.checks.MARKER_LEFT, self.gen.checks.STRANDED],
                          [k for k, _ in found], found)
         self.assertIn(srv.name, found[1][1])
+        # An operator's "hosts clear" handed the host back: what is left
+        # on it is theirs (seed 34718).
+        dead.disabled_reason = ('instanceha:waiting_up 2026-01-01T00:00:00Z '
+                                'cleared by operator')
+        self.assertEqual([self.gen.checks.MARKER_LEFT], [
+            k for k, _ in self.gen.checks.left_behind(sim, case)])
+
+    def test_a_recreated_record_forgets_the_operator(self):
+        # Nova makes a deleted compute service record anew, enabled, when
+        # nova-compute starts: a disable of the old record is gone (seeds
+        # 30894, 33951); one of the new record stands.
+        case = self.gen.Case(3, ('host',))
+        case.timeline = [(10, 'nova', ('delete-service', 'compute-0')),
+                         (20, 'disable', ('compute-0', 'op', 'x'))]
+        self.assertEqual({'compute-0': 'op x'},
+                         case.expected_operator_reasons())
+        self.assertEqual({}, case.expected_operator_reasons(
+            [(30.5, 'compute-0')]))
+        self.assertEqual({'compute-0': 'op x'},
+                         case.expected_operator_reasons([(15, 'compute-0')]))
 
     def test_smoke_run_has_no_violation(self):
         mix = SMOKE_MIX or self.gen.MIX_ALL

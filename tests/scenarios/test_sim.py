@@ -126,6 +126,45 @@ class TestSimCloud(testtools.TestCase):
             w.service_model(w.hosts['h2']), status='enabled')
         self.assertEqual(404, exc.status)
 
+    def test_a_starting_nova_compute_registers_anew(self):
+        # Nova's compute service creates its record when it starts and
+        # finds none: enabled, nothing of the deleted one.
+        w = small_world()
+        cloud = sim_cloud.SimCloud(w)
+        h2 = w.hosts['h2']
+        h2.status, h2.disabled_reason = 'disabled', 'instanceha:x'
+        w.set_compute('h2', False)
+        w.deleted_services.add('h2')
+        w.set_compute('h2', True)
+        svc = cloud.snapshot().service('h2')
+        self.assertEqual(('enabled', None),
+                         (svc.status, svc.disabled_reason))
+
+    def test_an_armed_run_ended_by_power_counts_as_reset(self):
+        # A watchdog-armed host powered off after its last answer ended
+        # the run the watchdog guarded: its evacuation is no violation.
+        # One that still runs is.
+        from instanceha.sim import watchdogs as sim_watchdogs
+        w = small_world()
+        w.add_server(sim_world.Server(id='vm2', name='vm2', host='h2',
+                                      status='ACTIVE', flavor='f'))
+        cloud = sim_cloud.SimCloud(w)
+        w.watchdogs = sim_watchdogs.Watchdogs(w)
+        for host in ('h1', 'h2'):
+            w.watchdogs.add(host, 60)
+            w.watchdogs.dogs[host].armed = True
+            w.watchdogs.dogs[host].run = w.hosts[host].agent_boot
+            w.hosts[host].forced_down = True
+            w.set_network(host, False)
+        w.set_power('h1', False)
+        w.set_power('h1', True)
+        self.assertTrue(w.hosts['h1'].self_fenced)
+        self.assertFalse(w.hosts['h2'].self_fenced)
+        cloud.evacuate('vm1')
+        self.assertEqual([], w.violations)
+        cloud.evacuate('vm2')
+        self.assertIn('no fencing device confirmed off', w.violations[0])
+
     def test_heartbeat_staleness_and_down(self):
         w = small_world()
         w.set_power('h1', False)
