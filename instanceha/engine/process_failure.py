@@ -114,6 +114,23 @@ class _Change:
     details: tuple
 
 
+#: A write's result when the service changed since it was decided.
+_TAKEN = 'taken'
+
+
+def _still_ours(state: Write, svc: model.Service | None) -> bool:
+    """Whether ``svc``, read again, is still the one ``state`` writes to.
+
+    A disable is for an enabled service only; an enable lifts our
+    marker only (an operator's reason written over it is theirs).
+    """
+    if svc is None:
+        return False
+    if state is Write.DISABLE:
+        return not svc.disabled
+    return reasons.of_disabled(svc).service_down is not None
+
+
 def _opt(conf, name: str, default):
     try:
         return getattr(conf.process_failure, name)
@@ -249,13 +266,22 @@ class ProcessFailures:
                                  reason=reason)
 
     def _write(self, view: runtime.View) -> runtime.Outcome:
-        """The step of both states: the one write, as a job."""
+        """The step of both states: the one write, as a job.
+
+        The service is read again first: the snapshot the write was
+        decided on may be older than an operator's disable (or enable)
+        of the host, which then wins and nothing is written.
+        """
         change: _Change = view.record.durable
-        cloud = self.env.cloud
+        cloud, state = self.env.cloud, view.record.state
+        host = change.service.host
 
         def write():
             try:
-                cloud.update_service(change.service, **dict(change.changes))
+                current = cloud.read_services().service(host)
+                if not _still_ours(state, current):
+                    return _TAKEN
+                cloud.update_service(current, **dict(change.changes))
             except exceptions.InstanceHAError as exc:
                 return exc
             return None
@@ -265,6 +291,11 @@ class ProcessFailures:
     def _written(self, view: runtime.View, error) -> runtime.Outcome:
         """The write's result, applied in the tick thread."""
         change: _Change = view.record.durable
+        if error is _TAKEN:
+            LOG.info('process failure on %s: its compute service changed '
+                     'before our write (%s): left as it is',
+                     change.service.host, view.record.state.value)
+            return runtime.Go(Write.DONE)
         if error is not None:
             LOG.warning(change.failed, change.service.host, error)
             return runtime.Go(Write.DONE)

@@ -20,6 +20,7 @@ that, so the rule is pinned here on a cloud that records the writes it
 is asked for (the engine's port; nothing else of Nova is needed).
 """
 
+import dataclasses
 import datetime
 import types
 
@@ -38,9 +39,14 @@ NOW = datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.timezone.utc)
 
 
 class _Cloud:
-    def __init__(self, broken=False):
+    def __init__(self, broken=False, services=()):
         self.writes = []
         self.broken = broken
+        #: What Nova shows when the write reads the service again.
+        self.services = services
+
+    def read_services(self):
+        return model.Snapshot(taken_at=NOW, services=tuple(self.services))
 
     def update_service(self, svc, **changes):
         self.writes.append((svc.host, changes))
@@ -51,7 +57,7 @@ class _Cloud:
 
 class TestOwnWrite(testtools.TestCase):
 
-    def cycle(self, updated_at, broken=False):
+    def cycle(self, updated_at, broken=False, now_reason=None):
         mark = marker_mod.Marker(state=HostState.SERVICE_DOWN,
                                  when=NOW - datetime.timedelta(seconds=2),
                                  note=pf.NOTE)
@@ -62,7 +68,10 @@ class TestOwnWrite(testtools.TestCase):
         plan = plan_mod.Plan(taken_at=NOW, decisions=(
             plan_mod.HostDecision('h1', plan_mod.Decision.HEALTHY, (),
                                   (), svc, verdict='alive'),))
-        cloud, sink = _Cloud(broken), events.RecordingEventSink()
+        current = dataclasses.replace(
+            svc, disabled_reason=now_reason or svc.disabled_reason)
+        cloud = _Cloud(broken, (current,))
+        sink = events.RecordingEventSink()
         env = types.SimpleNamespace(
             cloud=cloud, events=sink, executor=executor.InlineExecutor(),
             clock=types.SimpleNamespace(monotonic=lambda: 0.0))
@@ -87,5 +96,13 @@ class TestOwnWrite(testtools.TestCase):
         self.assertEqual([('h1', {'status': model.ENABLED})],
                          self.cycle(NOW + datetime.timedelta(seconds=8),
                                     broken=True))
+        self.assertEqual([], self.left)
+        self.assertEqual([], self.events)
+
+    def test_an_operator_reason_written_meanwhile_is_kept(self):
+        # The write reads the service again: an operator replaced our
+        # marker after the read the enable was decided on.
+        self.assertEqual([], self.cycle(NOW + datetime.timedelta(seconds=8),
+                                        now_reason='operator took it'))
         self.assertEqual([], self.left)
         self.assertEqual([], self.events)
