@@ -108,7 +108,7 @@ class SimFencing(base.FencingDriver):
         return base.PowerState(self._call(
             self.world.device_read, self.target, self.remaining(deadline)))
 
-    #: A simulated BMC reports what the timeline's ``health`` set.
+    #: A simulated device reports the conditions the timeline gives it.
     supports_health = True
 
     def health(self, timeout: float | None = None) -> tuple:
@@ -125,6 +125,8 @@ class SimulatedDevice(SimFencing):
                          device=real.device, world=world)
         self.real = real
         self.clock = real.clock
+        # Health as the real driver can tell it (Redfish can, IPMI not).
+        self.supports_health = real.supports_health
 
     def describe_target(self) -> str:
         return 'simulated %s' % self.target

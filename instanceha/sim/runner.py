@@ -52,6 +52,7 @@ from instanceha.sim import events as sim_events
 from instanceha.sim import executor as sim_executor
 from instanceha.sim import fencing as sim_fencing
 from instanceha.sim import listeners as sim_listeners
+from instanceha.sim import proactive as sim_proactive
 from instanceha.sim import scenario as sim_scenario
 from instanceha.sim import timeline as sim_timeline
 from instanceha.sim import world as sim_world
@@ -137,10 +138,8 @@ class Copy:
     reloader: object = None
     #: The shutdown policy's handler (with the heartbeat detector).
     shutdown: object = None
-    #: Proactive evacuation's check (``[proactive] interval``), run on
-    #: the simulated clock instead of a thread of its own.
+    #: Its proactive rounds (instanceha.sim.proactive), when on.
     proactive: object = None
-    next_proactive: float | None = None
 
     def new_cycle(self) -> None:
         self.blocked.clear()
@@ -281,16 +280,9 @@ class Simulation(sim_timeline.Timeline):
             copy.shutdown = sim_shutdown.ShutdownHandler(
                 conf, copy.engine, env.announcements,
                 run_all=maintenance.serial_map)
-        copy.proactive, copy.next_proactive = None, None
-        if conf.proactive.interval:
-            from instanceha.daemon import proactive
-            copy.proactive = proactive.ProactiveCheck(
-                conf, env, drivers,
-                leading=lambda: self.election.leader() == name,
-                held=proactive.gates_holding(copy.engine),
-                run_all=maintenance.serial_map)
-            copy.next_proactive = self.clock.world_t + min(
-                copy.proactive.first, copy.proactive.interval())
+        copy.proactive = sim_proactive.for_copy(
+            conf, env, drivers, self._executor(name), self.clock.world_t,
+            copy.engine)
         copy.interval = float(self.scenario.settings.get(
             'tick', conf.tick_interval))
         copy.next_tick = self.clock.world_t
@@ -340,6 +332,10 @@ class Simulation(sim_timeline.Timeline):
         copy = self.copies[name]
         if not copy.running:
             return
+        if copy.proactive is not None:
+            # (Its round stops with the copy, as the service's thread.)
+            copy.proactive.executor.abandon()
+            copy.proactive = None
         if crashed:
             copy.executor.abandon()
         else:
@@ -365,20 +361,6 @@ class Simulation(sim_timeline.Timeline):
             self.tick_stats.append((_time.perf_counter() - wall,
                                     _time.process_time() - cpu,
                                     self.cloud.api_calls - calls))
-
-    def _proactive(self, copy: Copy, t: float) -> None:
-        """A round of proactive evacuation when one is due.
-
-        In the service it runs on a thread of its own, outside the tick;
-        here it runs between ticks, as the copy's actor.
-        """
-        if not copy.running or copy.next_proactive is None or \
-                copy.next_proactive > t:
-            return
-        copy.next_proactive = t + copy.proactive.interval()
-        self.world.actor = copy.name
-        # Its verdicts are told by its events, once per change.
-        copy.proactive.check()
 
     def _planner(self, copy: Copy, drivers, conf) -> Callable:
         """The engine's default planner, telling the log what it decided.
@@ -420,7 +402,9 @@ class Simulation(sim_timeline.Timeline):
             times.append(copy.executor.next_due())
             if copy.running:
                 times.append(copy.next_tick)
-                times.append(copy.next_proactive)
+            if copy.proactive is not None:
+                times += [copy.proactive.next_due(),
+                          copy.proactive.executor.next_due()]
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -450,7 +434,9 @@ class Simulation(sim_timeline.Timeline):
             executor.complete_due()
 
     def _executors(self) -> list[sim_executor.SimExecutor]:
-        return [self.operator, *(c.executor for c in self.copies.values())]
+        return [self.operator, *(c.executor for c in self.copies.values()),
+                *(c.proactive.executor for c in self.copies.values()
+                  if c.proactive is not None)]
 
     def run(self, stop_when: Callable[[], bool] | None = None) -> 'Result':
         """Run to the end of the scenario (or until ``stop_when()``)."""
@@ -488,11 +474,15 @@ class Simulation(sim_timeline.Timeline):
             for copy in self.copies.values():
                 self.world.actor = copy.name
                 copy.executor.complete_due()
+                if copy.proactive is not None:
+                    copy.proactive.executor.complete_due()
             for copy in self.copies.values():
                 if copy.running and copy.next_tick <= t:
                     copy.next_tick = t + copy.interval
                     self._tick(copy)
-                self._proactive(copy, t)
+                if copy.proactive is not None:
+                    self.world.actor = copy.name
+                    copy.proactive.step(t)
             if stop_when is not None and stop_when():
                 self.end = t
                 break

@@ -89,18 +89,18 @@ COMMANDS = {
     'stop-instance': ('SERVER', 'the instance\'s user stops it'),
     'start-instance': ('SERVER', 'the instance\'s user starts it'),
     'delete-instance': ('SERVER', 'the instance\'s user deletes it'),
-    'bmc': ('DEVICE BEHAVIOUR', 'make a fencing device behave: %s'
-            % ', '.join(sim_world.BEHAVIOURS)),
+    'bmc': ('DEVICE BEHAVIOUR', 'make a fencing device behave: %s '
+            '(lies-on: it powers as asked but always reads "on")'
+            % ', '.join(sim_world.ALL_BEHAVIOURS)),
+    'health': ('DEVICE ok|KIND:HEALTH[:PART]...',
+               'the hardware conditions a fencing device reports from now '
+               'on (e.g. power_supply:Critical:PSU1; ok: none), read by '
+               'the proactive checks ([proactive] interval)'),
     'rebuild-fail': ('SERVER [on HOST] [times N]',
                      'make the next rebuild(s) of SERVER fail'),
     'disable': ('HOST [REASON...]', 'an operator disables the service'),
     'enable': ('HOST', 'an operator enables the service'),
     'capacity': ('HOST VCPUS', 'change a host\'s capacity'),
-    'health': ('HOST ok|KIND:HEALTH[:PART]...',
-               'the host\'s BMC reports these hardware conditions from now '
-               'on (KIND system, memory, power_supply or thermal; HEALTH '
-               'Warning or Critical), or none (ok); read by proactive '
-               'evacuation'),
     'service': ('crash|restart|stop|start [COPY]',
                 'crash, restart, stop or start a copy of instanceha'),
     'coordination': ('down|up', 'the coordination backend fails/returns'),

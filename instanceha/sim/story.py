@@ -45,7 +45,6 @@ _COMMANDS = {
     'disable': 'an operator disables {host}',
     'enable': 'an operator enables {host}',
     'capacity': '{host} now has room for {vcpus} vCPUs',
-    'health': '{host}\'s BMC now reports: {conditions}',
     'coordination': 'the coordination backend goes {state}',
     'set': 'an operator sets {option} = {value} and restarts instanceha',
     'maintenance-start': 'an operator starts maintenance of {host} '

@@ -79,6 +79,24 @@ def _mutate(conf: cfg.ConfigOpts,
     return changed, restart
 
 
+def _conditions(where: str, words: tuple
+                ) -> tuple[model.HardwareCondition, ...]:
+    """``ok`` or ``KIND:HEALTH[:PART]`` words: what a device reports."""
+    if tuple(words) == ('ok',):
+        return ()
+    found = []
+    for word in words:
+        parts = word.split(':')
+        if len(parts) not in (2, 3) or not all(parts):
+            raise sim_world.ScenarioError(
+                '%s: %r is not KIND:HEALTH[:PART] (e.g. '
+                'power_supply:Critical:PSU1) or ok' % (where, word))
+        found.append(model.HardwareCondition(
+            kind=parts[0], health=parts[1],
+            part=parts[2] if len(parts) == 3 else 'sim'))
+    return tuple(found)
+
+
 #: Commands that may not be possible at their moment: a user stopping an
 #: instance that is not running, an agent announcing a shutdown on a host
 #: that is off, a command naming an instance its user deleted.
@@ -173,13 +191,18 @@ class Timeline:
                 guests.user_power(w, srv.name, name == 'start-instance')
         elif name == 'bmc':
             need(2)
-            if a[1] not in sim_world.BEHAVIOURS:
+            if a[1] not in sim_world.ALL_BEHAVIOURS:
                 raise sim_world.ScenarioError(
                     '%s: unknown behaviour %r; one of %s' % (
-                        where, a[1], ', '.join(sim_world.BEHAVIOURS)))
+                        where, a[1], ', '.join(sim_world.ALL_BEHAVIOURS)))
             w.device(host).behaviour = a[1]
             host = w.devices[host].host
             details['device'], details['behaviour'] = a[0], a[1]
+        elif name == 'health':
+            need(2)
+            w.device(host).conditions = _conditions(where, a[1:])
+            host = w.devices[host].host
+            details['device'], details['conditions'] = a[0], ' '.join(a[1:])
         elif name == 'rebuild-fail':
             need(1)
             opts = dict(zip(a[1::2], a[2::2]))
@@ -200,11 +223,6 @@ class Timeline:
             w.stamp_write(h)
             if h.disabled_reason:
                 details['reason'] = h.disabled_reason
-        elif name == 'health':
-            need(2)
-            w.hardware[host] = self._conditions(where, a[1:])
-            details['conditions'] = ', '.join(
-                c.describe() for c in w.hardware[host]) or 'none'
         elif name == 'capacity':
             need(2)
             w.host(host).vcpus = int(a[1])
@@ -474,25 +492,6 @@ class Timeline:
             return a[1], {'deleted': 'service'}
         raise sim_world.ScenarioError(
             '%s: expected %s' % (where, sim_scenario.COMMANDS['nova'][0]))
-
-    @staticmethod
-    def _conditions(where: str, words) -> tuple:
-        """``ok`` or KIND:HEALTH[:PART] words as hardware conditions."""
-        if list(words) == ['ok']:
-            return ()
-        found = []
-        for word in words:
-            kind, _, rest = word.partition(':')
-            health, _, part = rest.partition(':')
-            if kind not in ('system', 'memory', 'power_supply', 'thermal') \
-                    or health not in ('Warning', 'Critical'):
-                raise sim_world.ScenarioError(
-                    '%s: %r: expected ok or KIND:HEALTH[:PART] with KIND '
-                    'system, memory, power_supply or thermal and HEALTH '
-                    'Warning or Critical' % (where, word))
-            found.append(model.HardwareCondition(kind, health,
-                                                 part or kind))
-        return tuple(found)
 
     def _maintenance(self, where: str, a: tuple) -> None:
         """An operator runs ``instanceha-manage maintenance start|end``.

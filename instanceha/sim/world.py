@@ -60,6 +60,10 @@ from instanceha.sim import events as sim_events
 #: BMC behaviours a scenario can switch on.
 BEHAVIOURS = ('ok', 'error', 'timeout', 'wrong-password', 'stuck-on',
               'slow', 'unreachable')
+#: A device that lies: it carries requests out but always reads "on"
+#: (kept out of BEHAVIOURS, whose order random timelines draw from).
+LIES_ON = 'lies-on'
+ALL_BEHAVIOURS = BEHAVIOURS + (LIES_ON,)
 
 #: Kinds of Nova API call a scenario can make fail (``nova fail``).
 NOVA_CALLS = ('snapshot', 'update_service', 'evacuate', 'migrations',
@@ -243,6 +247,8 @@ class Device:
     behaviour: str = 'ok'
     #: A requested power state and when the device reaches it.
     pending: tuple[str, float] | None = None
+    #: Hardware conditions it reports (``health`` timeline command).
+    conditions: tuple[model.HardwareCondition, ...] = ()
 
 
 @dataclasses.dataclass
@@ -298,8 +304,6 @@ class World:
         self.stamps_writes = False
         #: Injected Nova API faults, oldest first.
         self.nova_faults: list[NovaFault] = []
-        #: host -> the hardware conditions its BMC reports (``health``).
-        self.hardware: dict[str, tuple[model.HardwareCondition, ...]] = {}
         #: Nova's API cannot be reached at all (``nova down``).
         self.nova_down = False
         #: Evacuation records appear in listings this long after the
@@ -694,7 +698,8 @@ class World:
             if self.device_power(dev) != before:
                 self.say('bmc', 'now_%s' % ('on' if on else 'off'),
                          dev.host, device=dev.name)
-            if not on:
+            if not on and dev.behaviour != LIES_ON:
+                # (A lying device confirms nothing: it reads "on".)
                 self.confirm_fenced(dev.host)
 
     def _fault(self, dev: Device, remaining: float) -> None:
@@ -716,20 +721,17 @@ class World:
         """The power state a device reports (time passes in the job)."""
         dev = self.device(name)
         self._fault(dev, remaining)
-        state = self.device_power(dev)
+        state = 'on' if dev.behaviour == LIES_ON else self.device_power(dev)
         if state == 'off':
             self.confirm_fenced(dev.host)
         return state
 
     def device_health(self, name: str, remaining: float
                       ) -> tuple[model.HardwareCondition, ...]:
-        """The hardware conditions a host's BMC reports (an outlet: none)."""
+        """The hardware conditions a device reports (proactive checks)."""
         dev = self.device(name)
         self._fault(dev, remaining)
-        if dev.kind != 'bmc':
-            raise DeviceFault('error', 'a PDU outlet reports no hardware '
-                              'health')
-        return self.hardware.get(dev.host, ())
+        return dev.conditions
 
     def device_request(self, name: str, state: str,
                        remaining: float) -> None:

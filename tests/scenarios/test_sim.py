@@ -286,6 +286,21 @@ class TestInvariants(testtools.TestCase):
         self.assertIn('where its guest still runs', w.violations[1])
         self.assertIn('running on h1 and', w.violations[2])
 
+    def test_a_lying_bmc_confirms_nothing(self):
+        # A BMC that reads "on" whatever the truth: the host it powered
+        # off is off, but no device confirmed it, and an evacuation that
+        # trusted the request is caught.
+        w = small_world()
+        cloud = sim_cloud.SimCloud(w)
+        w.device('h1').behaviour = sim_world.LIES_ON
+        w.device_request('h1', 'off', 20)
+        advance(w, 30)
+        self.assertFalse(w.hosts['h1'].powered)
+        self.assertEqual('on', w.device_read('h1', 20))
+        w.hosts['h1'].forced_down = True
+        cloud.evacuate('vm1')
+        self.assertIn('no fencing device confirmed off', w.violations[0])
+
     def test_double_evacuation_is_caught(self):
         w = small_world()
         cloud = sim_cloud.SimCloud(w)
