@@ -65,8 +65,14 @@ class InstanceTask:
     target: str | None = None
     dest: str | None = None
     reason: str = ''
-    #: Monotonic time the current attempt was accepted.
+    #: Monotonic time the current attempt was accepted (by this copy; a
+    #: resumed one: when it was found running).
     started: float | None = None
+    #: Monotonic time the current attempt's ``[evacuation] timeout``
+    #: counts from, when it began before this copy saw it (a rebuild
+    #: found running after a restart: when Nova created its record, on
+    #: Nova's clock); None: from ``started``. See :meth:`timed_from`.
+    asked_at: float | None = None
     #: Monotonic time before which a failed instance is not tried again
     #: (retry back-off); None: may start now.
     not_before: float | None = None
@@ -96,6 +102,15 @@ class InstanceTask:
     #: (see :class:`JobView`).
     on_change: Callable[[], None] | None = dataclasses.field(
         default=None, repr=False, compare=False)
+
+    def timed_from(self) -> float | None:
+        """Monotonic time the running attempt's time-out counts from.
+
+        The moment Nova was asked for it, whichever copy asked: a copy
+        that resumed the evacuation gives a rebuild the time left of its
+        time-out, not a new one (the same outcome as without a restart).
+        """
+        return self.asked_at if self.asked_at is not None else self.started
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)

@@ -188,8 +188,9 @@ class InstanceEvacuation:
         """Read the end of ``task``'s rebuild from Nova's records."""
         recs = records.get(task.server_id, [])
         timeout = self.strategy.timeout
-        overdue = (task.started is not None and timeout and
-                   env.clock.monotonic() - task.started > timeout)
+        begun = task.timed_from()
+        overdue = (begun is not None and timeout and
+                   env.clock.monotonic() - begun > timeout)
         if task.current is None:
             new = [r for r in recs if r.id not in task.known]
             if new:
@@ -325,6 +326,7 @@ class InstanceEvacuation:
         task.accepted = True
         task.timed = True
         task.started = env.clock.monotonic()
+        task.asked_at = None
         self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
                    target=task.target, attempt=task.attempts)
 
@@ -383,6 +385,7 @@ class InstanceEvacuation:
         task.state = tasks_mod.TaskState.IN_FLIGHT
         task.current = None
         task.started = env.clock.monotonic()
+        task.asked_at = None
         self._emit(env, events.EVACUATE_REQUESTED, server=task.server_id,
                    target=task.target, attempt=task.attempts,
                    confirmed='Nova carried out the unanswered call')

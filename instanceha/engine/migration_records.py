@@ -179,10 +179,27 @@ def _task_of(srv: model.Server, host: str, recs: list[model.Migration],
     return task
 
 
+def asked_at(env: ports.Environment, rec: model.Migration | None,
+             nova_now) -> float | None:
+    """When the rebuild of ``rec`` was asked for, on our monotonic clock.
+
+    Nova creates an evacuation's record in the evacuate call, on its
+    own clock; ``nova_now`` is Nova's time now. So a copy that finds
+    the rebuild running (after a restart, or a new leader) knows how
+    much of its ``[evacuation] timeout`` is left, whatever its own clock
+    says. None when either is unknown (the time-out then counts from
+    now, as a record not listed yet gives nothing else).
+    """
+    if rec is None or rec.created_at is None or nova_now is None:
+        return None
+    age = max(0.0, (nova_now - rec.created_at).total_seconds())
+    return env.clock.monotonic() - age
+
+
 def _settle(env: ports.Environment, host: str, srv: model.Server,
             task: tasks_mod.InstanceTask, recs: list[model.Migration],
             policy: tasks_mod.Policy, gave_up: frozenset[str],
-            stopped: bool) -> bool:
+            stopped: bool, nova_now=None) -> bool:
     """Set the state ``srv``'s records give its task; False: not ours.
 
     An instance Nova cannot evacuate is reported and left out.
@@ -204,6 +221,7 @@ def _settle(env: ports.Environment, host: str, srv: model.Server,
         task.state = tasks_mod.TaskState.IN_FLIGHT
         task.accepted = True
         task.started = env.clock.monotonic()
+        task.asked_at = asked_at(env, live[0] if live else None, nova_now)
     elif len(recs) > policy.retries:
         # Given up before a restart: Nova's records of its failed
         # attempts say so; it is never evacuated again.
@@ -266,7 +284,8 @@ def classify(env: ports.Environment, host: str,
     its instances are to be rebuilt on, or None): what a rebuild found
     running is taken to have asked for; the first call's own target is
     decided when it is made (:func:`instanceha.engine.placement.decide`).
-    ``nova_now``: Nova's time now, to resume a retry's back-off;
+    ``nova_now``: Nova's time now, to resume a retry's back-off and a
+    running rebuild's time-out;
     ``tried_since``: when an evacuation of this failure may have been
     asked for first, on Nova's clock (None: none can have been, the
     failure is one this copy fenced itself).
@@ -285,7 +304,8 @@ def classify(env: ports.Environment, host: str,
             recs = [r for r in recs if r.status not in MIGRATION_DONE]
         task = _task_of(srv, host, recs, seen, policy, attempted)
         task.target = target
-        if _settle(env, host, srv, task, recs, policy, gave_up, stopped):
+        if _settle(env, host, srv, task, recs, policy, gave_up, stopped,
+                   nova_now):
             _back_off(env, task, recs, policy, nova_now)
             tasks[srv.id] = task
     for server_id in sorted(set(records) - set(tasks)):
@@ -300,7 +320,8 @@ def classify(env: ports.Environment, host: str,
             state=tasks_mod.TaskState.IN_FLIGHT, attempts=len(recs),
             known={r.id for r in recs}, current=live[0].id,
             accepted=True, locked_by_us=True,
-            started=env.clock.monotonic(), verify_lock=True)
+            started=env.clock.monotonic(),
+            asked_at=asked_at(env, live[0], nova_now), verify_lock=True)
     return tasks
 
 

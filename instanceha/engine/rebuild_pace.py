@@ -175,8 +175,9 @@ class LookSchedule:
             if looked:
                 self.late_looks += 1
         # A rebuild's time-out is seen when it expires, not a wait late.
-        deadlines = [t.started + timeout + TICK_SLACK for t in running
-                     if timeout and t.started + timeout + TICK_SLACK > now]
+        deadlines = [t.timed_from() + timeout + TICK_SLACK for t in running
+                     if timeout and
+                     t.timed_from() + timeout + TICK_SLACK > now]
         if deadlines:
             wait = min(wait, min(deadlines) - now)
         self.next_check = now + wait
