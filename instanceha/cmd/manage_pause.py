@@ -59,6 +59,25 @@ def _now() -> datetime.datetime:
         microsecond=0)
 
 
+def _nova_skew(conf: cfg.ConfigOpts) -> float | None:
+    """Seconds this machine's clock is ahead of Nova's; None: unknown.
+
+    One read of the compute services (Nova's ``Date`` header). A pause
+    kept on Nova's clock ends at the same moment for every copy of the
+    service, whatever their clocks say; without Nova (not configured
+    here, or unreachable) it is kept on this machine's clock.
+    """
+    from instanceha.daemon import service
+    try:
+        cloud = service.make_cloud(conf)
+        cloud.read_services()
+    except (exceptions.InstanceHAError, cfg.Error) as exc:
+        print('Nova\'s time could not be read (%s): the pause is kept on '
+              'this machine\'s clock' % exc)
+        return None
+    return getattr(cloud, 'clock_skew', None) or 0.0
+
+
 def _who() -> str:
     try:
         user = getpass.getuser()
@@ -94,7 +113,10 @@ def _pause(conf: cfg.ConfigOpts) -> int:
             'is protected while paused. Use --indefinite to pause with no '
             'end on purpose')
     until = None
+    skew = _nova_skew(conf)
     now = _now()
+    if skew is not None:
+        now = (now - datetime.timedelta(seconds=skew)).replace(microsecond=0)
     if args.duration:
         try:
             until = now + datetime.timedelta(
@@ -102,7 +124,8 @@ def _pause(conf: cfg.ConfigOpts) -> int:
         except ValueError as exc:
             raise exceptions.ConfigurationError(str(exc)) from None
     pause = pause_mod.Pause(reason=args.reason.strip(), since=now,
-                            until=until, by=_who())
+                            until=until, by=_who(),
+                            nova_clock=skew is not None)
     store = pause_store.from_conf(conf)
     store.set(pause)
     print('instance HA %s (stored in %s); every copy obeys it at its next '

@@ -27,7 +27,14 @@ proven so, and stopping half-way would leave it disabled with its
 instances neither here nor there, which is worse than finishing.
 
 A pause with an end (``until``) lifts itself when that time passes: the
-engine notices at its next poll and says so (``pause_expired``).
+engine notices at its next poll and says so (``pause_expired``). Its
+times are on Nova's clock when the record says so (``clock: nova``,
+what ``instanceha-manage pause`` writes when it can read Nova's time),
+like every time the service keeps in Nova: a copy whose clock was
+stepped, or one started on another machine, judges the same end as one
+that never stopped. Each poll measures how far our clock is from Nova's
+and turns the end into a time of the monotonic clock, which the reads
+between polls go by (a step of the wall clock moves nothing).
 """
 
 import dataclasses
@@ -35,6 +42,7 @@ import datetime
 import logging
 
 from instanceha.engine import events
+from instanceha.engine import marker
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha import exceptions
@@ -58,7 +66,7 @@ def _text(when: datetime.datetime | None) -> str | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pause:
+class Pause(marker.NovaClockTimes):
     """One operator's pause: why, since when, until when (None: no end)."""
 
     reason: str
@@ -66,9 +74,25 @@ class Pause:
     until: datetime.datetime | None = None
     #: Who set it (user@machine), for ``status``.
     by: str = ''
+    #: ``since`` and ``until`` are on Nova's clock; False: on the clock
+    #: of the machine that wrote them (Nova's time was not known then,
+    #: or an earlier version wrote it), taken to be ours.
+    nova_clock: bool = False
 
-    def expired(self, now: datetime.datetime) -> bool:
-        return self.until is not None and now >= self.until
+    def left(self, now: datetime.datetime,
+             skew: float | None = None) -> float | None:
+        """Seconds until it ends (None: no end), ``now`` on our clock.
+
+        ``skew``: seconds our clock is ahead of Nova's now.
+        """
+        if self.until is None:
+            return None
+        return (self.ours(self.until, skew) - now).total_seconds()
+
+    def expired(self, now: datetime.datetime,
+                skew: float | None = None) -> bool:
+        left = self.left(now, skew)
+        return left is not None and left <= 0
 
     def describe(self) -> str:
         end = ('until %s' % _text(self.until) if self.until
@@ -77,8 +101,11 @@ class Pause:
         return 'paused %s by %s: %s' % (end, who, self.reason)
 
     def to_dict(self) -> dict:
-        return {'reason': self.reason, 'since': _text(self.since),
-                'until': _text(self.until), 'by': self.by}
+        out = {'reason': self.reason, 'since': _text(self.since),
+               'until': _text(self.until), 'by': self.by}
+        if self.nova_clock:
+            out['clock'] = 'nova'
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> 'Pause':
@@ -89,7 +116,8 @@ class Pause:
             return cls(reason=str(data.get('reason') or ''),
                        since=_when(data['since']),
                        until=_when(data.get('until')),
-                       by=str(data.get('by') or ''))
+                       by=str(data.get('by') or ''),
+                       nova_clock=data.get('clock') == 'nova')
         except KeyError:
             raise ValueError('a stored pause has no "since" time') from None
         except (TypeError, ValueError) as exc:
@@ -111,9 +139,35 @@ class PauseWatch:
         self.clock = clock
         self.active: Pause | None = None
         self._expired_seen: Pause | None = None
+        #: Seconds our clock is ahead of Nova's, as the last poll measured.
+        self.skew: float | None = None
+        #: The pause last judged, and the monotonic time it ends.
+        self._ends: tuple[Pause, float] | None = None
 
-    def check(self) -> Pause | None:
-        """Read the pause now; returns it if it is in force."""
+    def _expired(self, pause: Pause, fresh: bool) -> bool:
+        """Whether ``pause`` has ended, on Nova's clock.
+
+        A poll (``fresh``: the skew was just measured) turns its end into
+        a monotonic time; a read between polls goes by that, so that a
+        step of our wall clock neither stretches nor cuts the pause.
+        """
+        if pause.until is None:
+            return False
+        mono = self.clock.monotonic()
+        if fresh or self._ends is None or self._ends[0] != pause:
+            left = pause.left(self.clock.now(), self.skew)
+            self._ends = (pause, mono + left)
+        return mono >= self._ends[1]
+
+    def check(self, skew: float | None = None,
+              fresh: bool = False) -> Pause | None:
+        """Read the pause now; returns it if it is in force.
+
+        ``fresh``: a poll's read, ``skew`` measured by it (seconds our
+        clock is ahead of Nova's).
+        """
+        if fresh:
+            self.skew = skew
         if self.source is None:
             return None
         try:
@@ -124,8 +178,7 @@ class PauseWatch:
                         self.active.describe() if self.active
                         else 'not paused')
             stored = self.active
-        now = self.clock.now()
-        if stored is not None and stored.expired(now):
+        if stored is not None and self._expired(stored, fresh):
             if stored != self._expired_seen:
                 self._expired_seen = stored
                 self.sink.emit(events.PAUSE_EXPIRED, reason=stored.reason,
@@ -141,14 +194,17 @@ class PauseWatch:
         self.active = stored
         return stored
 
-    def apply(self, plan: plan_mod.Plan) -> plan_mod.Plan:
+    def apply(self, plan: plan_mod.Plan,
+              skew: float | None = None) -> plan_mod.Plan:
         """Read the pause; while in force, hold what the plan would start.
 
-        Each held host gets a ``recovery_held`` event (every poll, as in
-        ``[DEFAULT] disabled`` mode) and becomes BLOCKED with the pause as
-        its last reason, so nothing new is fenced, marked or evacuated.
+        ``skew``: seconds our clock is ahead of Nova's, measured by the
+        poll that made ``plan``. Each held host gets a ``recovery_held``
+        event (every poll, as in ``[DEFAULT] disabled`` mode) and becomes
+        BLOCKED with the pause as its last reason, so nothing new is
+        fenced, marked or evacuated.
         """
-        pause = self.check()
+        pause = self.check(skew, fresh=True)
         if pause is None:
             return plan
         for d in plan.to_recover():

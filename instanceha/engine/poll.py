@@ -244,7 +244,7 @@ class Poll(handback.HandBack):
                       for h, wf in self._workflows.items()}
         plan = self._plan(snapshot, now, recovering)
         if not self.conf.disabled:  # an operator's pause holds new work
-            plan = self.pause.apply(plan)
+            plan = self.pause.apply(plan, snapshot.clock_skew)
         self.plan = plan
         self._log_plan(plan, blocks=not self.conf.disabled)
         self._report_block(plan.blocked_by if not self.conf.disabled

@@ -440,8 +440,12 @@ class Timeline:
         self.operator.submit(run)
 
     def _pause(self, where: str, a: tuple) -> dict:
-        """An operator's pause, stored where every copy reads it."""
-        now = self.clock.now()
+        """An operator's pause, stored where every copy reads it.
+
+        On Nova's clock, as ``instanceha-manage pause`` keeps it when it
+        can read Nova's time.
+        """
+        now = self.clock.now()  # the world's: Nova's
         if a[0] == 'indefinite':
             until = None
         else:
@@ -453,7 +457,8 @@ class Timeline:
                     % (where, a[0])) from None
         reason = ' '.join(a[1:]) or 'maintenance'
         self.pause_store.pause = pause_mod.Pause(
-            reason=reason, since=now, until=until, by='operator')
+            reason=reason, since=now, until=until, by='operator',
+            nova_clock=True)
         return {'reason': reason,
                 'until': 'for %s s' % a[0] if until else 'no end'}
 

@@ -16,6 +16,7 @@
 ``tests.functional.test_pause_backends`` against real redis and etcd.
 """
 
+import dataclasses
 import datetime
 import json
 import os
@@ -65,12 +66,85 @@ class TestPauseValue(testtools.TestCase):
         self.assertTrue(p.expired(T0 + datetime.timedelta(seconds=60)))
         self.assertFalse(a_pause().expired(T0 + datetime.timedelta(days=9)))
 
+    def test_on_novas_clock(self):
+        # Kept with clock=nova; read back the same, and judged on Nova's
+        # clock: our clock 100 s ahead of Nova's ends it 100 s later by
+        # our clock, not 100 s early.
+        p = dataclasses.replace(a_pause(60), nova_clock=True)
+        stored = p.to_dict()
+        self.assertEqual('nova', stored['clock'])
+        self.assertEqual(p, pause_mod.Pause.from_dict(
+            json.loads(json.dumps(stored))))
+        ours = T0 + datetime.timedelta(seconds=150)
+        self.assertFalse(p.expired(ours, skew=100))
+        self.assertTrue(p.expired(ours + datetime.timedelta(seconds=10),
+                                  skew=100))
+        # A record without the field (an earlier version) is on the
+        # writer's clock, taken to be ours.
+        self.assertNotIn('clock', a_pause(60).to_dict())
+        self.assertTrue(a_pause(60).expired(ours, skew=100))
+
     def test_bad_records_say_what_is_wrong(self):
         self.assertIn('no "since"', str(self.assertRaises(
             ValueError, pause_mod.Pause.from_dict, {'reason': 'x'})))
         self.assertIn('bad time', str(self.assertRaises(
             ValueError, pause_mod.Pause.from_dict,
             {'reason': 'x', 'since': 'yesterday'})))
+
+
+class SteppedClock:
+    """A wall clock an operator (or NTP) steps; monotonic time is not."""
+
+    def __init__(self):
+        self.t = 0.0
+        self.step = 0.0
+
+    def now(self):
+        return T0 + datetime.timedelta(seconds=self.t + self.step)
+
+    def monotonic(self):
+        return self.t
+
+
+class TestPauseWatchClock(testtools.TestCase):
+    """The pause's end on Nova's clock, whatever our wall clock does."""
+
+    def setUp(self):
+        super().setUp()
+        self.source = MemorySource()
+        self.source.pause = dataclasses.replace(a_pause(150),
+                                                nova_clock=True)
+        self.clock = SteppedClock()
+        self.events = events.RecordingEventSink()
+        self.watch = pause_mod.PauseWatch(self.source, self.events,
+                                          self.clock)
+
+    def test_a_step_between_polls_cuts_nothing(self):
+        self.assertIsNotNone(self.watch.check(0.0, fresh=True))
+        self.clock.t, self.clock.step = 20, 100  # 100 s ahead now
+        self.assertIsNotNone(self.watch.check())
+        self.clock.t = 149
+        self.assertIsNotNone(self.watch.check())
+        self.clock.t = 150
+        self.assertIsNone(self.watch.check())
+
+    def test_a_poll_after_a_step_measures_it(self):
+        # A copy started after the step (no earlier reading) measures the
+        # skew at its first poll: the same end.
+        self.clock.t, self.clock.step = 20, 100
+        self.assertIsNotNone(self.watch.check(100.0, fresh=True))
+        self.clock.t = 149
+        self.assertIsNotNone(self.watch.check(100.0, fresh=True))
+        self.clock.t = 150
+        self.assertIsNone(self.watch.check(100.0, fresh=True))
+        self.assertEqual(1, len(self.events.named(events.PAUSE_EXPIRED)))
+
+    def test_a_step_back_stretches_nothing(self):
+        self.assertIsNotNone(self.watch.check(0.0, fresh=True))
+        self.clock.t, self.clock.step = 20, -100
+        self.assertIsNotNone(self.watch.check(-100.0, fresh=True))
+        self.clock.t = 150
+        self.assertIsNone(self.watch.check())
 
 
 class TestEngineHold(testtools.TestCase):
