@@ -60,6 +60,9 @@ class Drains(shutdown_flow.Effects):
               resumed: bool) -> list:
         """Move ``host``'s instances away; moves others began are awaited.
 
+        So is an instance something else acts on (a task under way,
+        instance HA restarting it): moved once it has settled.
+
         An operator who enabled the host (or gave it a reason of their
         own) meanwhile took it: a resumed drain then stops.
         """
@@ -67,20 +70,22 @@ class Drains(shutdown_flow.Effects):
         clock, cloud = self.env.clock, self.env.cloud
         timeout = self.conf.shutdown.drain_timeout
         deadline = clock.monotonic() + timeout
-        outcomes: list = []
+        # Each instance's latest outcome, over the rounds.
+        outcomes: dict[str, maintenance.Outcome] = {}
         again = resumed
         while True:
             if again and not reasons.of_disabled(
                     cloud.read_services().service(host)).drain:
-                return outcomes
-            outcomes = work.start(host, now, note=note, wait=True,
-                                  timeout=timeout,
-                                  concurrency=max(1, self.conf.workers))
+                return list(outcomes.values())
+            this_round = work.start(
+                host, now, note=note, wait=True, timeout=timeout,
+                concurrency=max(1, self.conf.workers), settle=True)
+            outcomes.update((o.server.id, o) for o in this_round)
             # Moves another copy started are not followed by start():
             # asked again until they have ended.
-            if (not any(o.result == 'running' for o in outcomes)
+            if (not any(o.result == 'running' for o in this_round)
                     or clock.monotonic() >= deadline):
-                return outcomes
+                return list(outcomes.values())
             again = True
             clock.sleep(DRAIN_RECHECK)
 

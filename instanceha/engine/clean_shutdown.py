@@ -45,6 +45,7 @@ import functools
 import logging
 
 from instanceha.engine import events
+from instanceha.engine import ownership
 from instanceha.engine import ports
 from instanceha.engine import runtime
 from instanceha.engine import shutdown
@@ -75,7 +76,9 @@ class CleanShutdowns:
                    P.FOUND: self._stepped(functools.partial(acts.found,
                                                             self.ctx)),
                    P.SETTLING: self._stepped(self._settling)},
-            final=frozenset({P.DONE}), on_error=self._failed, settle=True))
+            final=frozenset({P.DONE}), on_error=self._failed, settle=True,
+            owner=ownership.Owner.DRAIN,
+            on_conflict=functools.partial(acts.gives_way, self.ctx)))
 
     # -- what the service asks, every tick and from the listener ---------
 

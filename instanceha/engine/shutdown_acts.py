@@ -30,6 +30,7 @@ import logging
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import ownership
 from instanceha.engine import reasons
 from instanceha.engine import runtime
 from instanceha.engine import shutdown
@@ -45,6 +46,10 @@ from instanceha.engine.shutdown_flow import shown
 from instanceha.engine.shutdown_flow import World
 
 LOG = logging.getLogger(__name__)
+
+#: Seconds a drain waits before it asks again for an instance another
+#: workflow owns.
+DRAIN_WAIT = 5.0
 
 
 def leave(ctx: Context, view: runtime.View, why: str,
@@ -174,6 +179,7 @@ def drain(ctx: Context, view: runtime.View,
     finished. Nothing can be live-migrated off a host whose
     nova-compute is down: such a drain is skipped.
     """
+    world: World = view.world
     resumed = reasons.of_disabled(svc).drain
     why = (None if resumed else not_ours(ctx, view, svc)) or (
         'its compute service is down: nothing can be live-migrated'
@@ -192,10 +198,41 @@ def drain(ctx: Context, view: runtime.View,
             return None, exc
 
     return runtime.Job(
-        run=job, then=functools.partial(drained, ctx), emit=host_state(
+        run=job, then=functools.partial(drained, ctx),
+        acts_on=draining(world.snapshot, host), emit=host_state(
             H.HEALTHY, H.DRAINING, kind=d.ann.kind, policy=d.policy,
             **({'reason': 'resumed: started by an earlier leader'}
                if resumed else {})))
+
+
+def draining(snapshot: model.Snapshot,
+             host: str) -> tuple[tuple[str, str | None], ...]:
+    """The instances a drain of ``host`` moves: every one on it.
+
+    Owned by the drain while its job runs (:mod:`..ownership`): an
+    instance another workflow owns (a restart of a crashed instance
+    under way) makes the drain wait until it has settled, and no other
+    workflow starts on one the drain moves.
+    """
+    if not snapshot.servers_known(host):
+        return ()
+    return tuple((srv.id, host) for srv in sorted(
+        snapshot.servers_on(host), key=lambda s: s.id))
+
+
+def gives_way(ctx: Context, view: runtime.View, rule: ownership.Rule,
+              holder: ownership.Claim) -> runtime.Outcome:
+    """Another workflow owns an instance of the host: wait, or give way.
+
+    A drain waits for an instance-failure step (or the lock sweep) on
+    one of its instances to settle, and gives way to a host recovery
+    (the host failed: its instances are the recovery's).
+    """
+    why = 'an instance on it is owned by %s %s' % (
+        holder.owner.value, holder.key)
+    if rule is ownership.Rule.GIVE_WAY:
+        return leave(ctx, view, why, skipped=True)
+    return runtime.Retry(DRAIN_WAIT, why)
 
 
 def drained(ctx: Context, view: runtime.View, result) -> runtime.Outcome:

@@ -52,12 +52,27 @@ HOME_KEY = 'instanceha:home'
 LIVE_STATES = frozenset({'ACTIVE', 'PAUSED'})
 #: What to do with SHUTOFF servers: leave them, or cold-migrate them.
 SHUTOFF_CHOICES = ('leave', 'cold')
+#: Task states of a migration under way.
+MIGRATING = frozenset({'migrating', 'resize_migrating', 'resize_prep'})
 #: Live-migration record states that are over and failed.
 _MIGRATION_FAILED = frozenset({'error', 'failed', 'cancelled'})
 
 
 def _in_maintenance(service: model.Service) -> bool:
     return reasons.of_disabled(service).maintenance is not None
+
+
+def settling(server: model.Server) -> str | None:
+    """Why ``server`` is not to be moved until it has settled (None: it is).
+
+    A task under way other than a migration: a start, a stop, a reboot
+    (instance HA restarting a crashed instance, its user, Nova), which
+    ends on its own.
+    """
+    if server.task_state and server.task_state not in MIGRATING:
+        return 'task %s under way: moved once it has ended' % (
+            server.task_state)
+    return None
 
 
 @dataclasses.dataclass
@@ -147,9 +162,15 @@ class Maintenance:
 
     def start(self, host: str, now: datetime.datetime, *, note: str = '',
               wait: bool = False, timeout: float = 600,
-              concurrency: int = 2, shutoff: str = 'leave'
-              ) -> list[Outcome]:
-        """Disable ``host`` for maintenance and move its instances away."""
+              concurrency: int = 2, shutoff: str = 'leave',
+              settle: bool = False) -> list[Outcome]:
+        """Disable ``host`` for maintenance and move its instances away.
+
+        ``settle``: an instance something else acts on now (a task under
+        way, see :func:`settling`) is awaited (``running``) instead of
+        left: the drain of an announced shutdown asks again until it has
+        settled.
+        """
         if shutoff not in SHUTOFF_CHOICES:
             raise ValueError('shutoff must be one of %s' % (SHUTOFF_CHOICES,))
         snapshot = self.cloud.snapshot()
@@ -166,7 +187,10 @@ class Maintenance:
         servers = sorted(snapshot.servers_on(host), key=lambda s: s.name)
         todo, outcomes = [], []
         for server in servers:
-            if server.status in LIVE_STATES and not server.task_state:
+            busy = settle and settling(server)
+            if busy:
+                outcomes.append(Outcome(server, 'running', busy))
+            elif server.status in LIVE_STATES and not server.task_state:
                 todo.append((server, 'live'))
             elif server.status == 'SHUTOFF' and not server.task_state:
                 if shutoff == 'cold':
@@ -175,8 +199,7 @@ class Maintenance:
                     outcomes.append(Outcome(
                         server, 'left', 'SHUTOFF, left on the host '
                         '(--shutoff cold moves it)'))
-            elif server.task_state in ('migrating', 'resize_migrating',
-                                       'resize_prep'):
+            elif server.task_state in MIGRATING:
                 outcomes.append(Outcome(
                     server, 'running', 'a migration is already under way '
                     '(task %s); see "instanceha-manage maintenance status"'
@@ -213,11 +236,39 @@ class Maintenance:
             return []
         return self._run_all(one, todo, max(1, concurrency) if wait else 4)
 
+    def _moved_since(self, server: model.Server,
+                     source: str) -> Outcome | None:
+        """Read ``server`` again: not where it was listed, it stays.
+
+        Someone (instance HA restarting a crashed instance, its user,
+        Nova) may have moved, stopped or started it since the listing:
+        only an instance still on ``source``, in the same status and
+        with no task under way is moved. The outcome of one that is not.
+        """
+        try:
+            now = self.cloud.get_server(server.id)
+        except exceptions.CloudError as exc:
+            return Outcome(server, 'unknown', 'not moved: it could not be '
+                           'read again: %s' % exc)
+        if now.host != source:
+            return Outcome(server, 'left', 'not moved: it is on %s now, '
+                           'not on %s' % (now.host, source))
+        if now.task_state or now.status != server.status:
+            return Outcome(server, 'running', 'not moved: %s %s now (was '
+                           '%s)' % (now.status, 'task %s' % now.task_state
+                                    if now.task_state else 'no task',
+                                    server.status))
+        return None
+
     def _move(self, server: model.Server, how: str, source: str,
               dest: str | None, wait: bool, timeout: float,
               tag: str) -> Outcome:
         kind = 'live migration' if how == 'live' else 'cold migration'
         where = ' to %s' % dest if dest else ''
+        changed = self._moved_since(server, source)
+        if changed is not None:
+            self.say('%s %s' % (tag, changed.line()))
+            return changed
         try:
             if dest is None:
                 self.cloud.set_server_metadata(server.id, HOME_KEY, source)

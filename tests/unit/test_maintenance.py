@@ -165,3 +165,58 @@ class TestNotHalfDone(testtools.TestCase):
             world.service_model(world.hosts['h1'])).maintenance)
         self.assertEqual({maintenance.HOME_KEY: 'h1'},
                          world.servers['u1'].metadata)
+
+
+class MovedAfterListing(sim_cloud.SimCloud):
+    """Nova where someone acts on u1 right after the host's listing."""
+
+    def __init__(self, world, change):
+        super().__init__(world)
+        self.change = change
+
+    def snapshot(self, *args, **kwargs):
+        snap = super().snapshot(*args, **kwargs)
+        srv = self.world.servers['u1']
+        self.change(srv)
+        self.world._changed(srv)  # as Nova would: a new view of it
+        return snap
+
+
+class TestEveryMoveReadsItsInstance(testtools.TestCase):
+    """A move reads its instance again: not where it was listed, it stays."""
+
+    def start(self, change, **kwargs):
+        world = stuck_world()
+        lines = []
+        m = maintenance.Maintenance(MovedAfterListing(world, change),
+                                    out=lines.append, poll=5,
+                                    clock=world.clock)
+        return m.start('h1', NOW, timeout=60, **kwargs)[0], world, lines
+
+    def test_moved_elsewhere_meanwhile_is_left(self):
+        out, world, lines = self.start(
+            lambda srv: setattr(srv, 'host', 'h2'))
+        self.assertEqual('left', out.result)
+        self.assertIn('not moved: it is on h2 now, not on h1', lines[-1])
+        self.assertEqual({}, world.servers['u1'].metadata)
+        self.assertEqual('h2', world.servers['u1'].host)
+
+    def test_a_task_begun_meanwhile_is_awaited(self):
+        out, world, lines = self.start(
+            lambda srv: setattr(srv, 'task_state', 'powering-off'))
+        self.assertEqual('running', out.result)
+        self.assertIn('not moved: ACTIVE task powering-off now', lines[-1])
+        self.assertEqual({}, world.servers['u1'].metadata)
+
+    def test_a_drain_awaits_a_task_under_way(self):
+        # Listed with a start under way (instance HA restarting it): the
+        # operator's command leaves it; a drain waits for it to end.
+        world = stuck_world()
+        world.servers['u1'].task_state = 'powering-on'
+        m = maintenance.Maintenance(sim_cloud.SimCloud(world),
+                                    out=lambda _: None, poll=5,
+                                    clock=world.clock)
+        self.assertEqual('left', m.start('h1', NOW)[0].result)
+        out = m.start('h1', NOW, settle=True)[0]
+        self.assertEqual('running', out.result)
+        self.assertIn('task powering-on under way', out.detail)

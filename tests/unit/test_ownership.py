@@ -297,3 +297,41 @@ class TestEffectsReadWhereItIs(testtools.TestCase):
         calls, told = self.perform(dataclasses.replace(
             self.SEEN, task_state='migrating'), fx.Effect.RELOCATE)
         self.assertEqual([], calls)
+
+
+class TestDrainClaims(testtools.TestCase):
+    """The clean shutdown's migrate drain owns its host's instances."""
+
+    def test_a_drain_acts_on_every_instance_of_its_host(self):
+        from instanceha.engine import shutdown_acts
+
+        def srv(id_, host):
+            return model.Server(id=id_, name=id_, host=host,
+                                status='ACTIVE', flavor=model.Flavor('f'))
+        snap = model.Snapshot(taken_at=None, servers=(
+            srv('b', 'h1'), srv('a', 'h1'), srv('c', 'h2')))
+        self.assertEqual((('a', 'h1'), ('b', 'h1')),
+                         shutdown_acts.draining(snap, 'h1'))
+        # The servers of h1 were not read: it claims nothing it cannot
+        # name (each move still reads its instance again).
+        partial = dataclasses.replace(snap, servers_read=frozenset({'h2'}))
+        self.assertEqual((), shutdown_acts.draining(partial, 'h1'))
+
+    def test_waits_for_a_restart_gives_way_to_a_recovery(self):
+        from instanceha.engine import shutdown
+        from instanceha.engine import shutdown_acts
+        from instanceha.engine import shutdown_flow
+        ann = shutdown.Announcement('h1', shutdown.REBOOT, b'1', 0.0, 0.0)
+        rec = runtime.Record(kind=shutdown_flow.KIND, key='h1',
+                             state=shutdown_flow.P.ANNOUNCED,
+                             durable=shutdown_flow.Durable(ann=ann))
+        view = runtime.View(rec, None, 0.0)
+        ctx = shutdown_flow.Context(conf=None, env=None, effects=None)
+        wait = shutdown_acts.gives_way(
+            ctx, view, R.WAIT, ownership.Claim(O.INSTANCE_FAILURE, 'vm'))
+        self.assertIsInstance(wait, runtime.Retry)
+        self.assertIn('instance_failure vm', wait.why)
+        way = shutdown_acts.gives_way(
+            ctx, view, R.GIVE_WAY, ownership.Claim(O.HOST_RECOVERY, 'h1'))
+        self.assertEqual(shutdown_flow.P.ANNOUNCED, way.state)
+        self.assertTrue(way.local['skipped'])
