@@ -36,7 +36,16 @@ the host back into service, as the one write of a workflow of kind
 
 The wait for an operator who holds the host is this copy's memory only:
 a copy that starts meanwhile finds nothing in Nova that tells our flag
-from one an operator set, and leaves it.
+from one an operator set, and leaves it. No durable fact can tell them
+apart safely: the operator's reason replaced our marker (the one record
+of ours on the service), Nova keeps no author of ``forced_down``, and
+what the recovery left elsewhere (the evacuation records from the host,
+our lock reasons on its instances) says the host was evacuated, not
+that the flag is still ours: an operator who evacuates or fences by hand
+forces the host down themselves, and may have done so since. Clearing
+it on such evidence could overrule an operator, so a restarted copy
+leaves the flag for the operator to lift (``openstack compute service
+set --up``).
 """
 
 from collections.abc import Callable

@@ -22,8 +22,11 @@ must break no invariant and end as the uninterrupted one: the same
 hosts enabled or not, powered or not, in the same final engine state,
 the same instances moved, in the same status, none left locked. Every
 workflow kind has bases here: host recovery, clean shutdown under each
-policy, process failure, instance failure, maintenance, the lock sweep
-and the operator's commands.
+policy, process failure, instance failure, maintenance (and a drain
+meeting instance failure on one instance), the lock sweep, aftercare
+(the operator bases: rebuilds of a host an operator took, watched to
+their end) and the operator's commands (clear, the pause, its end on
+Nova's clock also when our clock steps).
 """
 
 import os
@@ -64,6 +67,9 @@ BASES = (
     # refused (force_enable: given up in that marker).
     'restart-while-waiting-up',
     'r13-force-enable',
+    # A rebuild's time-out counts from when Nova was asked (its migration
+    # record), whichever copy watches it to the end.
+    'rebuild-timeout-across-restart',
 )
 
 #: Every state of each shutdown policy (freeze, failover, migrate, a
@@ -139,6 +145,13 @@ KIND_BASES = (
     # an instance left in ERROR while another is mid-task.
     'instance-crash-restart-mid-loop',
     'instance-error-and-mid-task',
+    # A drain and instance failure meet on one instance: the drain waits
+    # for the restart under way, then moves it too.
+    'shutdown-migrate-instance-restarting',
+    # The operator's pause, its end on Nova's clock: a copy restarted
+    # (or whose clock stepped) ends it at the same moment.
+    'pause-expires',
+    'pause-clock-stepped',
 )
 
 #: The lock sweep on its own (besides the operator bases above): a
