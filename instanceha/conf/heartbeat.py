@@ -102,6 +102,14 @@ OPTS = [
                mutable=True,
                help='isolation_response = shutdown: seconds a guest gets '
                     'to shut down before it is powered off.'),
+    cfg.IntOpt('policy_max_age', default=300, min=10, max=86400,
+               mutable=True,
+               help='The leading copy lists the instances of a host whose '
+                    'agent takes answers (to tell it which instances it '
+                    'protects: its isolation response and whether its '
+                    'watchdog arms) at least this often, a few hosts per '
+                    'tick, whether or not a failure made it read them; a '
+                    'host it never read is read at once.'),
     cfg.IntOpt('watchdog_min_deadline', default=0, min=0, max=86400,
                mutable=True,
                help='The shortest watchdog deadline an agent may announce '

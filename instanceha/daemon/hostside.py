@@ -31,15 +31,21 @@ answers hears a copy that may act. Nothing here changes the engine or
 the cloud. See doc/host-side.md.
 """
 
+import dataclasses
 import logging
 import math
 import threading
 
 from instanceha.engine import decide
 from instanceha.engine import shutdown
+from instanceha import exceptions
 from instanceha.heartbeat import protocol
 
 LOG = logging.getLogger(__name__)
+
+#: Hosts whose instances may be read for their policy in one tick, at
+#: least (more when needed to keep every host within policy_max_age).
+MIN_READS = 4
 
 
 def response_of(conf, snapshot, host: str) -> tuple[str, str]:
@@ -73,6 +79,8 @@ class HostSide:
         self._lock = threading.Lock()
         #: The snapshot the policies were computed from.
         self._seen = None
+        #: host -> when this copy last read its instances (monotonic).
+        self._read_at: dict[str, float] = {}
 
     def _leads(self) -> bool:
         env = self.engine.env
@@ -109,16 +117,11 @@ class HostSide:
         with self._lock:
             return self._policies.get(host)
 
-    def refresh(self) -> None:
-        """Recompute the policies from the engine's latest snapshot.
+    def _monotonic(self) -> float:
+        return self.engine.env.clock.monotonic()
 
-        A host whose instances the tick did not read keeps its previous
-        policy: a partial read must not look like an empty host.
-        """
-        snapshot = self.engine.snapshot
-        if snapshot is None or snapshot is self._seen:
-            return
-        self._seen = snapshot
+    def _policies_from(self, snapshot, hosts) -> dict[str, protocol.Policy]:
+        """The policies of ``hosts``, whose servers ``snapshot`` lists."""
         # Scope filters (an operator's maintenance, a migrate drain, a
         # frozen shutdown) say whether the host is recovered *now*, not
         # whether its instances are protected: the watchdog stays armed
@@ -127,21 +130,85 @@ class HostSide:
                    if not f.out_of_scope]
         wait = self.conf.heartbeat.isolation_shutdown_wait
         policies = {}
-        for svc in snapshot.services:
-            host = svc.host
-            if not snapshot.servers_known(host):
-                old = self.policy(host)
-                if old is not None:
-                    policies[host] = old
-                continue
+        for host in hosts:
             response, _ = response_of(self.conf, snapshot, host)
             protected: tuple = ()
             if not decide.host_reasons(filters, host, snapshot):
                 kept, _ = decide.eligible_servers(filters, host, snapshot)
                 protected = tuple(sorted(s.id for s in kept))
             policies[host] = protocol.Policy(response, wait, protected)
+        return policies
+
+    def _due(self, hosts: list[str], now: float) -> list[str]:
+        """Hosts whose agents take answers and whose policy is old.
+
+        A host never read comes first; then the oldest reads, as many as
+        keep every host younger than ``[heartbeat] policy_max_age``
+        (never fewer than :data:`MIN_READS` a tick).
+        """
+        listener = getattr(self.detector, 'listener', None)
+        reporting = getattr(listener, 'reporting', None)
+        if reporting is None:
+            return []
+        agents = reporting() & set(hosts)
+        max_age = float(self.conf.heartbeat.policy_max_age)
+        due = sorted((self._read_at.get(h, -math.inf), h) for h in agents
+                     if now - self._read_at.get(h, -math.inf) >= max_age)
+        tick = float(getattr(self.conf, 'tick_interval', 1.0) or 1.0)
+        limit = max(MIN_READS, math.ceil(len(agents) * tick / max_age))
+        return [h for _, h in due[:limit]]
+
+    def _read(self, snapshot, hosts: list[str], now: float) -> None:
+        """List the servers of ``hosts`` (one bounded call each)."""
+        try:
+            more = self.engine.env.cloud.snapshot(
+                hosts=frozenset(hosts), aggregates=False, services=snapshot)
+        except exceptions.InstanceHAError as exc:
+            LOG.warning('cannot read the instances of %s for their '
+                        'isolation policy: %s', ', '.join(hosts), exc)
+            return
+        listed = set(more.servers_read or hosts)
+        merged = dataclasses.replace(
+            snapshot, servers=tuple(
+                s for s in snapshot.servers if s.host not in listed
+            ) + tuple(more.servers),
+            servers_read=(None if snapshot.servers_read is None
+                          else snapshot.servers_read | listed))
+        fresh = self._policies_from(merged, sorted(listed))
         with self._lock:
-            self._policies = policies
+            self._policies.update(fresh)
+        self._read_at.update(dict.fromkeys(listed, now))
+
+    def refresh(self) -> None:
+        """Recompute the policies from the engine's latest snapshot.
+
+        A host whose instances the tick did not read keeps its previous
+        policy: a partial read must not look like an empty host. A host
+        whose agent takes answers has its instances read by this copy
+        when it never had them, and again every ``[heartbeat]
+        policy_max_age`` (a healthy host is never listed by the engine's
+        own reads): its agent learns what it protects without every host
+        being listed every poll.
+        """
+        snapshot = self.engine.snapshot
+        if snapshot is None:
+            return
+        now = self._monotonic()
+        hosts = [svc.host for svc in snapshot.services]
+        if snapshot is not self._seen:
+            self._seen = snapshot
+            known = [h for h in hosts if snapshot.servers_known(h)]
+            fresh = self._policies_from(snapshot, known)
+            with self._lock:
+                self._policies = {h: p for h, p in self._policies.items()
+                                  if h in fresh or h in hosts}
+                self._policies.update(fresh)
+            self._read_at = {h: t for h, t in self._read_at.items()
+                             if h in hosts}
+            self._read_at.update(dict.fromkeys(known, now))
+        due = self._due(hosts, now) if self._leads() else []
+        if due:
+            self._read(snapshot, due, now)
 
     def step(self) -> None:
         listener = self.detector.listener

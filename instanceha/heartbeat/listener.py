@@ -468,6 +468,12 @@ class HeartbeatListener:
         with self._lock:
             return dict(self._table)
 
+    def reporting(self) -> set[str]:
+        """Hosts whose latest heartbeat takes answers (version 2)."""
+        with self._lock:
+            return {h for h, rec in self._table.items()
+                    if rec.version >= protocol.VERSION_2}
+
     def age(self, host: str) -> float | None:
         """Seconds since ``host``'s last valid heartbeat; None if never."""
         rec = self._table.get(host)

@@ -38,11 +38,7 @@ from tests.functional import test_recovery as rec
 TIMEOUT, DEADLINE, MARGIN = 2.0, 8.0, 2.0
 WATCHDOG_ONLY = {'host1': {'driver': 'watchdog', 'name': 'watchdog'}}
 OPTIONS = {'heartbeat.watchdog_min_deadline': int(DEADLINE),
-           'heartbeat.watchdog_margin': int(MARGIN),
-           # Every server listed every poll: the leader learns host1's
-           # protected instance (its answers' policy, which arms the
-           # agent) whenever the agents were heard before its first read.
-           'evacuation.strategy': 'spread'}
+           'heartbeat.watchdog_margin': int(MARGIN)}
 
 
 class Timed(ports.EventSink):

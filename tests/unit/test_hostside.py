@@ -12,6 +12,7 @@
 
 """What the leading copy answers the agents; the watchdog warnings."""
 
+import dataclasses
 import datetime
 import math
 import types
@@ -24,6 +25,7 @@ from instanceha.daemon import hostside
 from instanceha.daemon import preflight
 from instanceha.engine import model
 from instanceha.engine import pause as pause_mod
+from instanceha import exceptions
 from instanceha.heartbeat import protocol as p
 from tests import conf_fixture
 
@@ -77,8 +79,30 @@ class TestHostSide(testtools.TestCase):
                 coordinator=types.SimpleNamespace(
                     is_leader=lambda: self.leader),
                 guard=types.SimpleNamespace(halted=False),
-                clock=types.SimpleNamespace(now=lambda: NOW)))
-        self.side = hostside.HostSide(self.conf, self.engine, None)
+                clock=types.SimpleNamespace(now=lambda: NOW,
+                                            monotonic=lambda: self.mono),
+                cloud=types.SimpleNamespace(snapshot=self.read)))
+        self.mono = 1000.0
+        #: Hosts whose agents take answers; servers Nova would list.
+        self.reporting = set()
+        self.nova: list[model.Server] = []
+        self.reads: list[frozenset] = []
+        self.read_fails = False
+        detector = types.SimpleNamespace(listener=types.SimpleNamespace(
+            reporting=lambda: set(self.reporting)))
+        self.side = hostside.HostSide(self.conf, self.engine, detector)
+
+    def read(self, hosts, aggregates, services):
+        """The cloud port's snapshot, as HostSide asks it."""
+        self.assertFalse(aggregates)
+        self.assertIs(self.engine.snapshot, services)
+        self.reads.append(hosts)
+        if self.read_fails:
+            raise exceptions.CloudError('nova down')
+        return dataclasses.replace(
+            services, servers=tuple(s for s in self.nova
+                                    if s.host in hosts),
+            servers_read=hosts)
 
     def take(self, servers=(), aggs=(), read=None):
         hosts = ('h1', 'h2', 'skipped')
@@ -120,6 +144,53 @@ class TestHostSide(testtools.TestCase):
         self.take([server('a', 'h1')])
         self.take([], read=frozenset({'h2'}))
         self.assertEqual(('a',), self.side.policy('h1').protected)
+
+    def test_an_agent_host_never_listed_is_read_for_its_policy(self):
+        # A healthy host is not listed by the engine's reads: its agent
+        # would never learn what it protects (nor arm its watchdog).
+        self.nova = [server('a', 'h1'), server('b', 'h1', skip='1')]
+        self.reporting = {'h1'}
+        self.take([], read=frozenset())
+        self.assertEqual([frozenset({'h1'})], self.reads)
+        self.assertEqual(('a',), self.side.policy('h1').protected)
+        # Not again before policy_max_age ...
+        self.mono += 299
+        self.take([], read=frozenset())
+        self.assertEqual(1, len(self.reads))
+        # ... then again: a new instance is protected too.
+        self.nova.append(server('c', 'h1'))
+        self.mono += 1
+        self.take([], read=frozenset())
+        self.assertEqual(('a', 'c'), self.side.policy('h1').protected)
+
+    def test_a_host_listed_by_the_engine_needs_no_read(self):
+        self.reporting = {'h1'}
+        self.take([server('a', 'h1')], read=frozenset({'h1'}))
+        self.assertEqual([], self.reads)
+        self.assertEqual(('a',), self.side.policy('h1').protected)
+
+    def test_no_read_while_not_leading_nor_for_hosts_without_agent(self):
+        self.nova = [server('a', 'h1'), server('x', 'h2')]
+        self.reporting = {'h1'}
+        self.leader = False
+        self.take([], read=frozenset())
+        self.assertEqual([], self.reads)
+        self.leader = True
+        self.side.refresh()
+        self.assertEqual([frozenset({'h1'})], self.reads)
+        self.assertIsNone(self.side.policy('h2'))
+
+    def test_a_failed_read_keeps_the_policy_and_tries_next_tick(self):
+        self.reporting = {'h1'}
+        self.take([server('a', 'h1')], read=frozenset({'h1'}))
+        self.mono += 300
+        self.read_fails = True
+        self.side.refresh()
+        self.assertEqual(('a',), self.side.policy('h1').protected)
+        self.assertIn('cannot read the instances of h1', self.log.output)
+        self.read_fails = False
+        self.side.refresh()
+        self.assertEqual(2, len(self.reads))
 
     def test_answers_only_while_leading_with_the_pause(self):
         self.take([server('a', 'h1')])
