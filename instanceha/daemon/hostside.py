@@ -69,12 +69,15 @@ class HostSide:
     :param engine: the recovery engine: its snapshot, drivers (filters),
         pause watch and coordinator are read, nothing is changed.
     :param detector: the heartbeat detector, whose listener answers.
+    :param cloud: where the instances of agent hosts are read (default:
+        the engine's cloud port).
     """
 
-    def __init__(self, conf, engine, detector):
+    def __init__(self, conf, engine, detector, cloud=None):
         self.conf = conf
         self.engine = engine
         self.detector = detector
+        self._cloud = cloud
         self._policies: dict[str, protocol.Policy] = {}
         self._lock = threading.Lock()
         #: The snapshot the policies were computed from.
@@ -161,7 +164,8 @@ class HostSide:
     def _read(self, snapshot, hosts: list[str], now: float) -> None:
         """List the servers of ``hosts`` (one bounded call each)."""
         try:
-            more = self.engine.env.cloud.snapshot(
+            cloud = self._cloud or self.engine.env.cloud
+            more = cloud.snapshot(
                 hosts=frozenset(hosts), aggregates=False, services=snapshot)
         except exceptions.InstanceHAError as exc:
             LOG.warning('cannot read the instances of %s for their '

@@ -51,16 +51,22 @@ class HostSide:
     :param hypervisor: applies the isolation response (None: never).
     :param watchdog: self-fencing (None: not configured).
     :param clock: monotonic clock.
+    :param spawn: how the isolation response runs apart (see
+        :class:`~instanceha.heartbeat.response.Response`), with ``sleep``.
     """
 
     def __init__(self, monitor: isolation.LinkMonitor,
                  hypervisor: response_mod.Virsh | None = None,
                  watchdog: watchdog_mod.Watchdog | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 spawn: Callable[[Callable[[], None]], object] | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
         self.monitor = monitor
         self.hypervisor = hypervisor
         self.watchdog = watchdog
         self._clock = clock
+        self._spawn = spawn
+        self._sleep = sleep
         #: The current isolation episode's response (None: none).
         self.response: response_mod.Response | None = None
         self._was_isolated = False
@@ -173,13 +179,12 @@ class HostSide:
                       'hypervisor to apply it', pol.response)
             return
         running = self.response
-        if running is not None and running.thread is not None and (
-                running.thread.is_alive()):
+        if running is not None and running.alive:
             return
         self.response = response_mod.Response(
             self.hypervisor, pol,
             lambda: self.monitor.state == protocol.ISOLATED,
-            clock=self._clock)
+            clock=self._clock, sleep=self._sleep, spawn=self._spawn)
         self.response.start()
 
     def close(self) -> None:

@@ -86,22 +86,37 @@ class Response:
     """Applies one isolation episode's response, in a thread of its own.
 
     :param still_isolated: asked between steps; False stops the work.
+    :param spawn: runs :meth:`run` apart from the caller (default: a
+        thread of its own; the simulator runs it as a job in simulated
+        time, with its ``clock`` and ``sleep``).
     """
 
     def __init__(self, hypervisor: Virsh, policy: protocol.Policy,
                  still_isolated: Callable[[], bool],
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 spawn: Callable[[Callable[[], None]], object] | None = None):
         self.hv = hypervisor
         self.policy = policy
         self._still = still_isolated
         self._clock = clock
         self._sleep = sleep
+        self._spawn = spawn
         #: UUIDs of the guests powered off or shut down by this response.
         self.stopped: list[str] = []
         self.thread: threading.Thread | None = None
+        self.started = self.finished = False
+
+    @property
+    def alive(self) -> bool:
+        """Started and not finished: a new episode must not start another."""
+        return self.started and not self.finished
 
     def start(self) -> None:
+        self.started = True
+        if self._spawn is not None:
+            self._spawn(self.run)
+            return
         self.thread = threading.Thread(target=self.run, daemon=True,
                                        name='isolation-response')
         self.thread.start()
@@ -131,6 +146,8 @@ class Response:
             self._run()
         except VirshError as exc:
             LOG.error('isolation response: cannot list the guests: %s', exc)
+        finally:
+            self.finished = True
 
     def _run(self) -> None:
         pol = self.policy

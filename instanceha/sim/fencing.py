@@ -168,7 +168,8 @@ class SimDeviceFactory(devices.DeviceFactory):
         if cls.counts_watchdogs:
             # Nothing to simulate: it reads what the copy's heartbeat
             # listener heard of the world's agents, as in production.
-            return super().create(cls, conf, host, params, device)
+            return _checked(super().create(cls, conf, host, params, device),
+                            self.world)
         if not issubclass(cls, SimFencing):
             params = dict(params)
             target = str(params.pop(SIMULATE, None) or host)
@@ -178,3 +179,22 @@ class SimDeviceFactory(devices.DeviceFactory):
         drv = cls(conf, host, params, device=device, world=self.world)
         drv.clock = self.clock
         return drv
+
+
+def _checked(drv: base.FencingDriver,
+             world: sim_world.World) -> base.FencingDriver:
+    """A level that counts watchdogs, checked against the truth.
+
+    Whenever it reads a host off, the host must really be off or reset by
+    its watchdog since its agent last heard the service: a partitioned
+    host whose watchdog did not fire is never counted fenced.
+    """
+    read = drv._read_power
+
+    def checked(deadline: float) -> base.PowerState:
+        state = read(deadline)
+        if state == base.PowerState.OFF:
+            world.check_self_fenced(drv.host)
+        return state
+    drv._read_power = checked
+    return drv

@@ -52,11 +52,19 @@ def crash(world, name: str, loop: float | None = None,
 
 
 def _dies(world, srv) -> None:
+    stopped(world, srv, 'guest_crashed')
+
+
+def stopped(world, srv, event: str, **details) -> None:
+    """The guest of ``srv`` stops now (``event`` says how).
+
+    Nova learns it from nova-compute's power-state sync, once that runs.
+    """
     if not srv.running_on:
         return
     srv.running_on.clear()
     world._changed(srv)
-    world.say('host', 'guest_crashed', srv.host, server=srv.name)
+    world.say('host', event, srv.host, server=srv.name, **details)
     world.at(world.clock.t + world.timing.power_sync_time,
              lambda: _power_sync(world, srv))
 

@@ -90,6 +90,13 @@ class SimHeartbeatListener:
         self.responder = None
         #: host -> agent run of the announcement this copy forgot.
         self._forgotten: dict[str, int] = {}
+        #: As HeartbeatListener: what this copy answers an agent (set by
+        #: the copy's host side, instanceha.daemon.hostside) and for how
+        #: long its leadership is proven (unused here: see :meth:`hear`).
+        self.answerer = None
+        self.leadership = None
+        #: host -> the answer it was last sent.
+        self._answers: dict = {}
         world.heartbeat_listeners.append(self)
 
     def start(self) -> None:
@@ -147,15 +154,29 @@ class SimHeartbeatListener:
         a copy stops, and nobody leads while a crashed leader's lease
         runs.)
         """
+        from instanceha.heartbeat import protocol
         now = self.now()
         self._reports[host] = (now, deadline)
-        if self.copy is None or not self.world.is_leader(self.copy):
+        answer = None
+        if self.copy is not None and self.world.is_leader(self.copy):
+            answer = (protocol.Answer() if self.answerer is None
+                      else self.answerer(host))
+        if answer is None:
             self.leading_since = None
             return False
         if self.leading_since is None:
             self.leading_since = now
         self._answered[host] = now
+        self._answers[host] = answer
         return True
+
+    def answer_to(self, host: str):
+        """The answer :meth:`hear` sent ``host`` last."""
+        return self._answers.get(host)
+
+    def reporting(self) -> set[str]:
+        """Hosts whose agents take answers (as the real listener)."""
+        return set(self._reports)
 
     def watchdog(self, host: str, min_deadline: float = 0.0):
         """As :meth:`HeartbeatListener.watchdog`, from what it heard."""

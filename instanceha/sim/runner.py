@@ -36,6 +36,7 @@ import time as _time
 from oslo_config import cfg
 
 from instanceha import conf as ha_conf
+from instanceha.daemon import hostside as daemon_hostside
 from instanceha.daemon import reloading
 from instanceha.daemon import shutdown_handler as sim_shutdown
 from instanceha.engine import guard
@@ -140,6 +141,9 @@ class Copy:
     shutdown: object = None
     #: Its proactive rounds (instanceha.sim.proactive), when on.
     proactive: object = None
+    #: What the copy answers the agents (instanceha.daemon.hostside), in
+    #: a world whose agents have a host side.
+    hostside: object = None
 
     def new_cycle(self) -> None:
         self.blocked.clear()
@@ -200,6 +204,18 @@ class Simulation(sim_timeline.Timeline):
             self.clock, on_start=lambda: setattr(self.world, 'actor', None))
         #: The pause every copy reads (the coordination backend's).
         self.pause_store = SimPauseStore()
+        #: Runs the hosts' agents' isolation responses in simulated time.
+        self.agents = sim_executor.SimExecutor(
+            self.clock, workers=1000,
+            on_start=lambda: setattr(self.world, 'actor', None))
+        sides = self._sides()
+        if sides is not None:
+            sides.spawn = self.agents.submit
+
+    def _sides(self):
+        """The world's agents' host sides (instanceha.sim.hostside)."""
+        dogs = self.world.watchdogs
+        return None if dogs is None else dogs.sides
 
     # --- copies of the service -----------------------------------------
 
@@ -275,7 +291,13 @@ class Simulation(sim_timeline.Timeline):
         copy.conf = conf
         copy.reloader = reloading.Reloader(
             conf, parts=[env.fencer, *drivers.all()], events=env.events)
-        copy.shutdown = None
+        copy.shutdown = copy.hostside = None
+        if heartbeat is not None and self._sides() is not None:
+            # As the service wires it: what the copy answers the agents.
+            copy.hostside = daemon_hostside.HostSide(
+                conf, copy.engine, heartbeat, cloud=self.cloud)
+            self.world.recovery_filters = [
+                f for f in drivers.filters if not f.out_of_scope]
         if env.announcements is not None and hasattr(copy.engine, 'env'):
             copy.shutdown = sim_shutdown.ShutdownHandler(
                 conf, copy.engine, env.announcements,
@@ -341,26 +363,30 @@ class Simulation(sim_timeline.Timeline):
         else:
             self.world.actor = name
             copy.engine.shutdown(copy.conf.shutdown_timeout)
-        copy.engine = None
+        copy.engine = copy.hostside = None
         self.election.leave(name, crashed=crashed)
 
     def _tick(self, copy: Copy) -> None:
         self.world.actor = copy.name
         copy.cycled = False
         if not self.measure_ticks:
-            copy.engine.tick()
-            if copy.shutdown is not None:
-                copy.shutdown.step()
+            self._tick_once(copy)
             return
         calls = self.cloud.api_calls
         wall, cpu = _time.perf_counter(), _time.process_time()
-        copy.engine.tick()
-        if copy.shutdown is not None:
-            copy.shutdown.step()
+        self._tick_once(copy)
         if copy.cycled:
             self.tick_stats.append((_time.perf_counter() - wall,
                                     _time.process_time() - cpu,
                                     self.cloud.api_calls - calls))
+
+    @staticmethod
+    def _tick_once(copy: Copy) -> None:
+        copy.engine.tick()
+        if copy.shutdown is not None:
+            copy.shutdown.step()
+        if copy.hostside is not None:
+            copy.hostside.step()
 
     def _planner(self, copy: Copy, drivers, conf) -> Callable:
         """The engine's default planner, telling the log what it decided.
@@ -395,7 +421,7 @@ class Simulation(sim_timeline.Timeline):
 
     def _next_time(self, cmds: list) -> float | None:
         times = [self.world.next_event(), self.election.next_change(),
-                 self.operator.next_due()]
+                 self.operator.next_due(), self.agents.next_due()]
         if cmds:
             times.append(cmds[0].t)
         for copy in self.copies.values():
@@ -436,7 +462,7 @@ class Simulation(sim_timeline.Timeline):
     def _executors(self) -> list[sim_executor.SimExecutor]:
         return [self.operator, *(c.executor for c in self.copies.values()),
                 *(c.proactive.executor for c in self.copies.values()
-                  if c.proactive is not None)]
+                  if c.proactive is not None), self.agents]
 
     def run(self, stop_when: Callable[[], bool] | None = None) -> 'Result':
         """Run to the end of the scenario (or until ``stop_when()``)."""
@@ -471,6 +497,7 @@ class Simulation(sim_timeline.Timeline):
                     break
             self._note_leader()
             self.operator.complete_due()
+            self.agents.complete_due()
             for copy in self.copies.values():
                 self.world.actor = copy.name
                 copy.executor.complete_due()

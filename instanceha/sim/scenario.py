@@ -48,6 +48,7 @@ import shlex
 import yaml
 
 from instanceha.engine import model
+from instanceha.sim import hostside as sim_hostside
 from instanceha.sim import watchdogs as sim_watchdogs
 from instanceha.sim import world as sim_world
 
@@ -79,6 +80,18 @@ COMMANDS = {
                  'SECONDS) loses the service\'s answers one way (its '
                  'heartbeats still arrive), gets them again, hangs (no '
                  'heartbeat, no feeding of its watchdog) or runs again'),
+    'partition': ('HOST', 'cut the host\'s link to the control plane (the '
+                  'service and Nova) while its own network and isolation '
+                  'addresses work (topology: isolation: SECONDS for its '
+                  'agent to notice)'),
+    'unpartition': ('HOST', 'restore that link'),
+    'addresses': ('HOST down|up', 'the host\'s isolation addresses stop '
+                  '(or start again) answering it'),
+    'agent': ('HOST kill|start|answers-lost|answers-ok',
+              'the host\'s heartbeat agent is killed (its watchdog stays '
+              'armed), started again alone (a new agent run on the running '
+              'host), loses the service\'s answers one way (its heartbeats '
+              'still arrive) or gets them again'),
     'stop-compute': ('HOST', 'stop nova-compute (guests keep running)'),
     'start-compute': ('HOST', 'start nova-compute again'),
     'crash-instance': ('SERVER [loop SECONDS] [times N]',
@@ -310,6 +323,14 @@ def build_world(sc: Scenario, clock, log) -> sim_world.World:
             if w.watchdogs is None:
                 w.watchdogs = sim_watchdogs.Watchdogs(w)
             w.watchdogs.add(name, float(spec['watchdog']))
+        if spec.get('isolation') is not None:
+            if w.watchdogs is None:
+                w.watchdogs = sim_watchdogs.Watchdogs(w)
+            if w.watchdogs.sides is None:
+                w.watchdogs.sides = sim_hostside.HostSides(w)
+            w.watchdogs.add(name, None)
+            w.watchdogs.sides.add(name, float(spec['isolation']),
+                                  int(spec.get('isolation_addresses', 1)))
         if timing.heartbeat_spread and h.hb_since is not None:
             h.hb_since = -timing.report_interval * (n - 1) / len(hosts)
         w.add_host(h)

@@ -102,7 +102,7 @@ def _conditions(where: str, words: tuple
 #: that is off, a command naming an instance its user deleted.
 REFUSABLE = ('announce', 'stop-instance', 'start-instance',
              'delete-instance', 'crash-instance', 'rebuild-fail',
-             'instances')
+             'instances', 'agent')
 
 
 class Timeline:
@@ -168,6 +168,32 @@ class Timeline:
         elif name == 'watchdog':
             need(2)
             self._watchdog(where, a)
+            details['change'] = a[1]
+        elif name in ('partition', 'unpartition'):
+            need(1)
+            w.set_partition(host, name == 'partition')
+        elif name == 'addresses':
+            need(2)
+            if a[1] not in ('down', 'up') or len(a) != 2:
+                raise sim_world.ScenarioError('%s: expected %s' % (
+                    where, sim_scenario.COMMANDS[name][0]))
+            w.set_addresses(host, a[1] == 'up')
+            details['state'] = a[1]
+        elif name == 'agent':
+            need(2)
+            if a[1] not in ('kill', 'start', 'answers-lost', 'answers-ok'
+                            ) or len(a) != 2:
+                raise sim_world.ScenarioError('%s: expected %s' % (
+                    where, sim_scenario.COMMANDS[name][0]))
+            if w.watchdogs is None or host not in w.watchdogs.dogs:
+                raise sim_world.ScenarioError(
+                    '%s: host %s runs no simulated agent (topology: '
+                    'watchdog: SECONDS or isolation: SECONDS)'
+                    % (where, host))
+            if a[1].startswith('answers'):
+                w.host(host).answers_ok = a[1] == 'answers-ok'
+            else:
+                w.set_agent(host, a[1])
             details['change'] = a[1]
         elif name in ('stop-compute', 'start-compute'):
             need(1)
@@ -342,14 +368,14 @@ class Timeline:
             raise sim_world.ScenarioError(
                 '%s: no host has a watchdog (topology: watchdog: SECONDS)'
                 % where)
-        dog = dogs.dog(a[0])
+        dogs.dog(a[0])
         if len(a) != 2 or a[1] not in ('answers-lost', 'answers-ok', 'hang',
                                        'unhang'):
             raise sim_world.ScenarioError(
                 '%s: expected %s' % (where, sim_scenario.COMMANDS[
                     'watchdog'][0]))
         if a[1].startswith('answers'):
-            dog.answers_ok = a[1] == 'answers-ok'
+            self.world.host(a[0]).answers_ok = a[1] == 'answers-ok'
         else:
             self.world.set_agent_hung(a[0], a[1] == 'hang')
 

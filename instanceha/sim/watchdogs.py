@@ -43,41 +43,55 @@ answer it heard) before its instances started elsewhere.
 
 import dataclasses
 
+from instanceha.heartbeat import protocol
 from instanceha.sim import world as sim_world
 
 
 @dataclasses.dataclass
 class Dog:
-    """One host's agent and watchdog device."""
+    """One host's agent and watchdog device (``deadline`` None: none)."""
 
-    deadline: float
-    #: Armed by the agent run ``run`` (it heard the service).
+    deadline: float | None
+    #: The device is armed (it resets the host unless fed).
     armed: bool = False
-    #: Send time of the heartbeat whose answer the agent last heard.
+    #: Send time of the heartbeat whose answer the agent last heard (the
+    #: device's last feed, as far as the service can tell).
     heard: float | None = None
+    #: The agent run whose heartbeats say armed (a new run says so only
+    #: once it heard the service; the device stays armed meanwhile).
     run: int = -1
-    #: Answers reach the host (False: lost one way).
-    answers_ok: bool = True
+    #: The boot (Host.boot_token) the device was armed in.
+    boot: int = -1
 
 
 class Watchdogs:
-    """The watchdogs of one world, beating on its clock."""
+    """The agents of one world's hosts, beating on its clock.
+
+    Each host with a watchdog (``watchdog: SECONDS``) or a host side
+    (``isolation: SECONDS``, :mod:`instanceha.sim.hostside`) has one beat
+    loop; the host side looks at its link after every beat.
+    """
 
     def __init__(self, world: sim_world.World):
         self.world = world
         self.dogs: dict[str, Dog] = {}
+        #: The host sides (instanceha.sim.hostside.HostSides), if any.
+        self.sides = None
 
-    def add(self, host: str, deadline: float) -> None:
-        if deadline <= 0:
+    def add(self, host: str, deadline: float | None) -> None:
+        if deadline is not None and deadline <= 0:
             raise sim_world.ScenarioError(
                 'host %s: watchdog must be a deadline in seconds > 0, got '
                 '%r' % (host, deadline))
-        self.dogs[host] = Dog(deadline=float(deadline))
+        if host in self.dogs:
+            return
+        self.dogs[host] = Dog(deadline=None if deadline is None
+                              else float(deadline))
         self.world.at(0.0, lambda: self._beat(host))
 
     def dog(self, host: str) -> Dog:
         self.world.host(host)
-        if host not in self.dogs:
+        if host not in self.dogs or self.dogs[host].deadline is None:
             raise sim_world.ScenarioError(
                 'host %s has no watchdog (topology: watchdog: SECONDS)'
                 % host)
@@ -86,37 +100,55 @@ class Watchdogs:
     def _listeners(self) -> list:
         return list(self.world.answering.values())
 
-    def _send(self, host: str, t: float, deadline: float | None) -> bool:
-        """One heartbeat to every copy; True when a leading one answered."""
-        answered = False
+    def _send(self, host: str, t: float, deadline: float | None
+              ) -> protocol.Answer | None:
+        """One heartbeat to every copy; what a leading one answered."""
+        h = self.world.hosts[host]
+        if not (h.network_ok and h.service_link_ok):
+            return None
+        answer = None
         for lst in self._listeners():
-            answered = lst.hear(host, t, deadline) or answered
-        return answered
+            if lst.hear(host, t, deadline):
+                answer = lst.answer_to(host)
+        if answer is None or not h.answers_ok:
+            return None
+        return answer
 
     def _beat(self, host: str) -> None:
         w = self.world
         t = w.clock.t
         w.at(t + w.timing.agent_interval, lambda: self._beat(host))
         h, dog = w.hosts[host], self.dogs[host]
+        if dog.boot != h.boot_token:
+            # A crash, a reset, a power cycle: the device stopped.
+            dog.boot, dog.armed, dog.heard = h.boot_token, False, None
         if dog.run != h.agent_boot:
-            dog.run, dog.armed, dog.heard = h.agent_boot, False, None
-        if not h.agent_alive or h.agent_hung:
+            dog.run = h.agent_boot
+            announced = False
+        else:
+            announced = dog.armed
+        if not (h.powered and h.os_running) or h.agent_hung or (
+                h.agent_killed):
             return
         if not h.agent_running:
             # A clean stop: released once a leading copy heard it say so.
-            if dog.armed and self._send(host, t, None) and dog.answers_ok:
+            if dog.armed and self._send(host, t, None) is not None:
                 dog.armed = False
                 w.say('host', 'watchdog_released', host)
             return
-        answered = self._send(host, t, dog.deadline if dog.armed else None)
-        if not (answered and dog.answers_ok):
+        wd = dog.deadline is not None
+        answer = self._send(host, t, dog.deadline if wd and announced
+                            and dog.armed else None)
+        if self.sides is not None and host in self.sides.sides:
+            self.sides.beat(host, t, answer)
+        if answer is None or not wd:
             return
         if not dog.armed:
             w.say('host', 'watchdog_armed', host, deadline=dog.deadline)
         h.self_fenced = False
         dog.armed, dog.heard = True, t
-        run = dog.run
-        w.at(t + dog.deadline, lambda: self._expire(host, t, run))
+        boot = dog.boot
+        w.at(t + dog.deadline, lambda: self._expire(host, t, boot))
 
     def run_ended(self, host: str) -> None:
         """The host stopped running (power lost, a crash, a reset).
@@ -130,11 +162,11 @@ class Watchdogs:
         if dog is not None and dog.armed and dog.run == h.agent_boot:
             h.self_fenced = True
 
-    def _expire(self, host: str, heard: float, run: int) -> None:
+    def _expire(self, host: str, heard: float, boot: int) -> None:
         """The device's deadline since a feed: it resets unless fed again."""
         h, dog = self.world.hosts[host], self.dogs[host]
-        if (dog.run != run or not dog.armed or dog.heard != heard
-                or not h.os_running):
+        if (dog.boot != boot or h.boot_token != boot or not dog.armed
+                or dog.heard != heard or not h.os_running):
             return
         self.world.say('host', 'watchdog_reset', host,
                        heard_at=round(heard, 3))

@@ -125,6 +125,8 @@ class Timing:
     #: A clean shutdown: from the end of the agent's stop to power-off
     #: (or to the start of the reboot).
     shutdown_time: float = 10.0
+    #: A guest asked to shut down (an isolation response) is off after.
+    guest_shutdown_time: float = 10.0
 
 
 @dataclasses.dataclass
@@ -175,6 +177,20 @@ class Host:
     #: The heartbeat agent hangs (``watchdog HOST hang``): it sends
     #: nothing and feeds no watchdog, the host runs on; until it reboots.
     agent_hung: bool = False
+    #: The heartbeat agent was killed (``agent HOST kill``): it sends
+    #: nothing and leaves its watchdog armed, until started again.
+    agent_killed: bool = False
+    #: The link between the host and the service's copies (``partition``):
+    #: heartbeats and answers; the host keeps its network otherwise.
+    service_link_ok: bool = True
+    #: The service's answers reach its agent (``agent HOST answers-lost``:
+    #: lost one way, its heartbeats still arrive).
+    answers_ok: bool = True
+    #: Its isolation addresses answer when it has its network (``addresses
+    #: HOST down``: they do not).
+    addresses_ok: bool = True
+    #: Since when its isolation addresses answer (None: they do not).
+    addresses_since: float | None = 0.0
     #: The agent's latest shutdown announcement (instanceha.sim.announce).
     announcement: object | None = None
 
@@ -329,6 +345,9 @@ class World:
         self.answering: dict = {}
         #: The hosts' watchdogs (instanceha.sim.watchdogs), if any.
         self.watchdogs = None
+        #: The filters that keep instances for recovery (the latest copy
+        #: started): the isolation response's invariant (sim.hostside).
+        self.recovery_filters: list | None = None
 
     # --- scheduling world events -------------------------------------
 
@@ -407,7 +426,8 @@ class World:
             self._stop_heartbeat(h)
         elif h.hb_since is None:
             h.hb_since = self.clock.t
-        if not (h.agent_alive and h.agent_running and not h.agent_hung):
+        if not (h.agent_alive and h.agent_running and not h.agent_hung
+                and not h.agent_killed and h.service_link_ok):
             if h.agent_since is not None:
                 h.agent_last = self.agent_last(h)
                 h.agent_since = None
@@ -451,6 +471,7 @@ class World:
         # A new boot starts a new agent run (a new boot id).
         h.agent_running = True
         h.agent_hung = False
+        h.agent_killed = False
         h.agent_boot += 1
         h.episode += 1
         self._register(h)
@@ -550,6 +571,50 @@ class World:
     def set_network(self, host: str, ok: bool) -> None:
         h = self.host(host)
         h.network_ok = ok
+        self._addresses_changed(h)
+        self._refresh(h)
+
+    def addresses_answer(self, host: str) -> bool:
+        """Whether ``host``'s isolation addresses answer it now."""
+        h = self.hosts[host]
+        return h.network_ok and h.addresses_ok
+
+    def _addresses_changed(self, h: Host) -> None:
+        if not self.addresses_answer(h.name):
+            h.addresses_since = None
+        elif h.addresses_since is None:
+            h.addresses_since = self.clock.t
+
+    def set_addresses(self, host: str, ok: bool) -> None:
+        h = self.host(host)
+        h.addresses_ok = ok
+        self._addresses_changed(h)
+
+    def set_partition(self, host: str, partitioned: bool) -> None:
+        """The host loses (or regains) its link to the control plane.
+
+        The service and Nova; its own network and isolation addresses
+        still work.
+        """
+        h = self.host(host)
+        h.service_link_ok = h.nova_link_ok = not partitioned
+        self._refresh(h)
+
+    def set_agent(self, host: str, action: str) -> None:
+        """The host's heartbeat agent is killed or started alone.
+
+        ``kill``: the agent dies (its watchdog stays armed); ``start``: a
+        new agent run on the running host (a new boot id).
+        """
+        h = self.host(host)
+        if action == 'kill':
+            h.agent_killed = True
+        elif h.agent_killed and h.os_running and h.powered:
+            h.agent_killed = False
+            h.agent_boot += 1
+        else:
+            raise ScenarioError('agent %s start: its agent runs, or the host '
+                                'does not' % host)
         self._refresh(h)
 
     def set_nova_link(self, host: str, ok: bool) -> None:
@@ -662,6 +727,13 @@ class World:
         h = self.hosts.get(host)
         if h is not None and not h.powered:
             h.fence_proof = True
+
+    def check_self_fenced(self, host: str) -> None:
+        """A watchdog level counted ``host`` off: it must have reset."""
+        h = self.hosts[host]
+        if h.powered and h.os_running and not h.self_fenced:
+            self.violate('%s counted off by its watchdog, but it runs and '
+                         'its watchdog did not reset it' % host)
 
     def check_guests(self, srv: Server) -> None:
         if len(srv.running_on) > 1:
