@@ -35,6 +35,11 @@ _COMMANDS = {
                'gets through)',
     'unisolate': '{host} reaches Nova again',
     'watchdog': 'the heartbeat agent of {host}: {change}',
+    'partition': '{host} loses its link to the control plane (the service '
+                 'and Nova); its own network and gateway still work',
+    'unpartition': '{host} reaches the control plane again',
+    'addresses': 'the isolation addresses of {host} go {state}',
+    'agent': 'the heartbeat agent of {host}: {change}',
     'stop-compute': 'nova-compute stops on {host} (its instances keep '
                     'running)',
     'start-compute': 'nova-compute starts again on {host}',
@@ -61,6 +66,21 @@ _COMMANDS = {
     'service-restart': 'instanceha ({copy}) is restarted',
     'service-stop': 'instanceha ({copy}) is stopped',
     'service-start': 'instanceha ({copy}) starts',
+}
+
+#: What a host's own side does (instanceha.sim.hostside).
+_HOST = {
+    'link_partitioned': '{host}\'s agent hears no answer but its '
+                        'isolation address does: partitioned, no '
+                        'isolation response',
+    'link_isolated': '{host}\'s agent hears no answer and no isolation '
+                     'address: isolated',
+    'link_connected': '{host}\'s agent hears the service again',
+    'guest_destroyed': '{host}: isolation response: guest {server} '
+                       'powered off',
+    'guest_shutdown_asked': '{host}: isolation response: guest {server} '
+                            'asked to shut down',
+    'guest_shut_down': '{host}: guest {server} has shut down',
 }
 
 _STATES = {
@@ -163,6 +183,8 @@ class Story:
                 d.get('device'), e.split('_', 1)[-1])
         if ev.source == 'host' and e == 'booted':
             return '%s has booted; nova-compute starts' % ev.host
+        if ev.source == 'host' and e in _HOST:
+            return _HOST[e].format(**d)
         if ev.source == 'host':
             return '%s: %s' % (ev.host, e.replace('_', ' '))
         if ev.source == 'nova':
