@@ -31,6 +31,9 @@ INVARIANTS = (
     ('evacuated-once', re.compile(r'evacuated twice')),
     ('gate-respected', re.compile(r'although a gate blocked')),
     ('detect-only-acts-not', re.compile(r'while \[DEFAULT\] disabled')),
+    ('watchdog-counts-resets', re.compile(r'counted off by its watchdog')),
+    ('response-protected-only', re.compile(r'excluded from recovery')),
+    ('response-isolated-only', re.compile(r'partitioned, not isolated')),
 )
 OPERATOR_WINS = 'operator-wins'
 LOCKS_RELEASED = 'locks-released'
@@ -61,7 +64,7 @@ RECOVERED = re.compile(r'^instanceha:(evacuated|powering_on|waiting_up|'
 CLEARED = 'cleared by operator'
 #: Timeline commands after which a host may rightly be fenced.
 FAILURES = ('power-off', 'crash', 'cut-network', 'isolate', 'stop-compute',
-            'kdump', 'watchdog')
+            'kdump', 'watchdog', 'partition', 'agent')
 #: ... and an announced shutdown: a frozen host that does not come back
 #: in time is recovered like a failed one.
 MAY_BE_FENCED = FAILURES + ('announce',)
@@ -133,7 +136,8 @@ def watch_power_offs(world, case) -> list[tuple[str, str]]:
             # shutting down, not isolated; failover fences a rebooting
             # host for real.)
             if heartbeat and h.agent_alive and h.agent_running \
-                    and not h.agent_hung and not h.beating:
+                    and not h.agent_hung and not h.agent_killed \
+                    and h.service_link_ok and not h.beating:
                 found.append((ISOLATED_LIVES, 't=%g power off %s (device '
                               '%s) while it runs and its heartbeat gets '
                               'through' % (now, h.name, name)))

@@ -50,7 +50,8 @@ Checked on every run:
   as given up.
 
 The checks are in fuzz_checks.py, the fourth stream (below) in
-fuzz_kinds.py, the fifth in fuzz_faults.py, next to this file.
+fuzz_kinds.py, the fifth in fuzz_faults.py, the seventh in
+fuzz_hostside.py, next to this file.
 
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
@@ -83,8 +84,14 @@ faults that let a few calls through first, a compute service record
 deleted, rebuilds failing on one target, a reload with a broken fencing
 file.
 
+A seventh (``HOSTSIDE_MIX``) gives the hosts' agents their own side
+(isolation detection, the isolation response, sometimes watchdogs) and
+isolates, partitions, loses the answers of or kills the agent of one or
+two hosts.
+
 ``--mix`` chooses the kinds of fault (default: all of them), by name or
-by group (``base``, ``extra``, ``settings``, ``kinds``, ``faults``); with
+by group (``base``, ``extra``, ``settings``, ``kinds``, ``faults``,
+``hostside``); with
 ``--mix base,extra,settings`` a seed builds the story it built before the
 fourth stream existed. The CI smoke run (tests/scenarios/test_fuzz.py) uses
 every kind.
@@ -114,6 +121,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 import fuzz_checks as checks  # noqa: E402,H306
 import fuzz_faults as faults  # noqa: E402
+import fuzz_hostside as hostside  # noqa: E402
 import fuzz_kinds as kinds  # noqa: E402
 
 #: Kinds of trouble a timeline may contain. The first nine drive the
@@ -142,19 +150,20 @@ EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
 #: spread over Nova's report interval or not.
 SETTINGS_MIX = ('reads',)
 MIX_ALL = (BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
-           + kinds.WATCHDOG_MIX + faults.FAULTS_MIX)
+           + kinds.WATCHDOG_MIX + faults.FAULTS_MIX + hostside.HOSTSIDE_MIX)
 #: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
 #: builds what the generator built before KINDS_MIX existed.
 MIX_GROUPS = {'base': BASE_MIX, 'extra': EXTRA_MIX,
               'settings': SETTINGS_MIX, 'kinds': kinds.KINDS_MIX,
               'watchdogs': kinds.WATCHDOG_MIX, 'faults': faults.FAULTS_MIX,
-              'all': MIX_ALL}
+              'hostside': hostside.HOSTSIDE_MIX, 'all': MIX_ALL}
 
 END = kinds.END
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
 
 
-class Case(kinds.KindsStream, faults.FaultsStream):
+class Case(kinds.KindsStream, faults.FaultsStream,
+           hostside.HostSideStream):
     """One generated scenario: files, topology and timeline."""
 
     def __init__(self, seed: int, mix: tuple[str, ...] = MIX_ALL):
@@ -217,6 +226,8 @@ class Case(kinds.KindsStream, faults.FaultsStream):
         self._watchdog_stream(seed)
         #: The sixth stream (FAULTS_MIX), drawn after the fifth.
         self._fault_events(sim_world.NOVA_CALLS, sim_world.NOVA_ERRORS)
+        #: The seventh stream (HOSTSIDE_MIX), drawn after the sixth.
+        self._hostside_events()
 
     # -- the cloud ---------------------------------------------------------
 
@@ -269,6 +280,8 @@ class Case(kinds.KindsStream, faults.FaultsStream):
                 hosts[h]['last_heartbeat'] = -600
         for h, deadline in self.watchdogs.items():
             hosts.setdefault(h, {})['watchdog'] = deadline
+        for h, timeout in self.isolation.items():
+            hosts.setdefault(h, {})['isolation'] = timeout
         return {
             # Commands that cannot happen at their moment are refused.
             'simulation': dict({'end': END, 'copies': self.copies,

@@ -79,7 +79,8 @@ COMMANDS = ('power-off', 'crash', 'stop-compute', 'announce',
             'instances', 'disable', 'enable', 'service', 'coordination',
             'watchdog', 'kdump', 'isolate', 'cut-network', 'bmc', 'nova',
             'rebuild-fail', 'capacity', 'clock', 'set', 'start-compute',
-            'start-instance', 'unisolate', 'restore-network', 'power-on')
+            'start-instance', 'unisolate', 'restore-network', 'power-on',
+            'partition', 'unpartition', 'addresses', 'agent')
 
 
 def load_generator():
@@ -114,6 +115,9 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual('leader-only', self.gen.checks.invariant_of(
             'fence c-1 by ha-b, which is not the leader'))
         self.assertEqual('other', self.gen.checks.invariant_of('something new'))
+        self.assertEqual('watchdog-counts-resets',
+                         self.gen.checks.invariant_of(
+                             'c-1 counted off by its watchdog, but it runs'))
 
     def test_kinds_leave_earlier_stories_alone(self):
         # The fourth stream is drawn last: without its kinds a seed
@@ -123,7 +127,7 @@ class TestScenarioFuzz(testtools.TestCase):
                          self.gen.SETTINGS_MIX, before)
         for seed in range(1, 40):
             a, b = self.gen.Case(seed), self.gen.Case(seed, before)
-            if a.kinds or a.faults:
+            if a.kinds or a.faults or a.hostside:
                 continue
             self.assertEqual(a.timeline, b.timeline)
             self.assertEqual(a.options, b.options)
@@ -141,8 +145,32 @@ class TestScenarioFuzz(testtools.TestCase):
             if a.faults:
                 drawn += 1
                 continue
+            if a.hostside:
+                continue  # the seventh stream, drawn after this one
             self.assertEqual(a.timeline, b.timeline)
             self.assertEqual(a.options, b.options)
+        self.assertGreater(drawn, 0)
+
+    def test_hostside_leaves_earlier_stories_alone(self):
+        # The seventh stream is drawn after the sixth: without its kinds
+        # a seed builds the story it built before the stream existed.
+        before = self.gen.parse_mix('base,extra,settings,kinds,watchdogs,'
+                                    'faults')
+        self.assertEqual(self.gen.MIX_ALL, before +
+                         self.gen.hostside.HOSTSIDE_MIX)
+        drawn = 0
+        for seed in range(1, 60):
+            a, b = self.gen.Case(seed), self.gen.Case(seed, before)
+            self.assertEqual((), b.hostside)
+            if a.hostside:
+                drawn += 1
+                self.assertTrue(all('isolation' in spec for h, spec in
+                                    a.topology()['hosts'].items()
+                                    if h in a.hosts))
+                continue
+            self.assertEqual(a.timeline, b.timeline)
+            self.assertEqual(a.options, b.options)
+            self.assertEqual(a.topology(), b.topology())
         self.assertGreater(drawn, 0)
 
     def test_watchdogs_leave_other_stories_alone(self):
@@ -169,9 +197,12 @@ class TestScenarioFuzz(testtools.TestCase):
             kinds.update(case.kinds + case.faults)
             commands.update(name for _, name, _ in case.timeline)
             policies.add(case.options.get('shutdown.policy'))
+        kinds.update(*(case.hostside for case in map(
+            self.gen.Case, range(FIRST_SEED, FIRST_SEED + RUNS))))
         self.assertEqual(set(self.gen.kinds.KINDS_MIX +
                              self.gen.kinds.WATCHDOG_MIX +
-                             self.gen.faults.FAULTS_MIX), kinds)
+                             self.gen.faults.FAULTS_MIX +
+                             self.gen.hostside.HOSTSIDE_MIX), kinds)
         self.assertEqual([], sorted(set(COMMANDS) - commands))
         self.assertLessEqual(set(self.gen.kinds.SHUTDOWN_POLICIES), policies)
 
