@@ -21,10 +21,14 @@ seconds after the heartbeat whose answer it last heard, unless a later
 answer comes. A reset stops the kernel and every guest at once, then the
 host boots again (``boot_time``) with a new agent run, not armed.
 
-What cuts a host off from the answers: a cut network, a crashed or
-stopped leader, answers lost one way (``watchdog HOST answers-lost``),
-an agent that hangs (``watchdog HOST hang``: it neither beats nor
-feeds). A host whose watchdog is not armed never resets by itself. A
+What cuts a host off from the answers: a cut network, a partition, a
+crashed or stopped leader, answers lost one way (``watchdog HOST
+answers-lost``), an agent that hangs (``watchdog HOST hang``: it neither
+beats nor feeds) or is killed (``agent HOST kill``: the device stays
+armed; ``agent HOST start`` runs a new agent, which feeds it again once
+it hears the service). A crashed kernel stops feeding too: the device
+(a hardware watchdog) resets it. A host whose watchdog is not armed
+never resets by itself. A
 cleanly stopped agent releases its watchdog once a leading copy heard it
 say so (it stays armed, and resets, otherwise).
 
@@ -60,7 +64,7 @@ class Dog:
     #: The agent run whose heartbeats say armed (a new run says so only
     #: once it heard the service; the device stays armed meanwhile).
     run: int = -1
-    #: The boot (Host.boot_token) the device was armed in.
+    #: The boot (Host.boots) the device was armed in.
     boot: int = -1
 
 
@@ -119,9 +123,9 @@ class Watchdogs:
         t = w.clock.t
         w.at(t + w.timing.agent_interval, lambda: self._beat(host))
         h, dog = w.hosts[host], self.dogs[host]
-        if dog.boot != h.boot_token:
-            # A crash, a reset, a power cycle: the device stopped.
-            dog.boot, dog.armed, dog.heard = h.boot_token, False, None
+        if dog.boot != h.boots or not h.powered:
+            # A new boot, or no power: the device stopped.
+            dog.boot, dog.armed, dog.heard = h.boots, False, None
         if dog.run != h.agent_boot:
             dog.run = h.agent_boot
             announced = False
@@ -163,10 +167,17 @@ class Watchdogs:
             h.self_fenced = True
 
     def _expire(self, host: str, heard: float, boot: int) -> None:
-        """The device's deadline since a feed: it resets unless fed again."""
-        h, dog = self.world.hosts[host], self.dogs[host]
-        if (dog.boot != boot or h.boot_token != boot or not dog.armed
-                or dog.heard != heard or not h.os_running):
+        """The device's deadline since a feed: it resets unless fed again.
+
+        A crashed or hung kernel is reset too (a hardware device counts
+        on without it; a reset during a boot starts the boot again); a
+        host without power, booted since, or writing a crash dump, is
+        not.
+        """
+        w = self.world
+        h, dog = w.hosts[host], self.dogs[host]
+        if (dog.boot != boot or h.boots != boot or not h.powered
+                or not dog.armed or dog.heard != heard or w.in_kdump(h)):
             return
         self.world.say('host', 'watchdog_reset', host,
                        heard_at=round(heard, 3))

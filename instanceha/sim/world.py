@@ -170,6 +170,8 @@ class Host:
     #: When the current failure episode began (for "evacuated twice").
     episode: int = 0
     boot_token: int = 0
+    #: Boots completed (a watchdog device is disarmed by each).
+    boots: int = 0
     #: The heartbeat agent runs (False once stopped by a clean shutdown,
     #: until the next boot); each start is a new agent run (boot id).
     agent_running: bool = True
@@ -473,6 +475,7 @@ class World:
         h.agent_hung = False
         h.agent_killed = False
         h.agent_boot += 1
+        h.boots += 1
         h.episode += 1
         self._register(h)
         # nova-compute's init_host: evacuated guests are destroyed, and
