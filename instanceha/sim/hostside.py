@@ -174,7 +174,7 @@ class HostSides:
                 '> 0 and isolation_addresses a count >= 0' % host)
         self.sides[host] = Side(float(timeout), int(addresses))
 
-    def _side(self, host: str) -> hostagent.HostSide:
+    def side(self, host: str) -> hostagent.HostSide:
         """The current agent run's host side (a new run starts afresh)."""
         entry, h = self.sides[host], self.world.hosts[host]
         if entry.side is None or entry.run != h.agent_boot:
@@ -188,12 +188,12 @@ class HostSides:
             entry.run = h.agent_boot
         return entry.side
 
-    def beat(self, host: str, t: float,
-             answer: protocol.Answer | None) -> None:
+    def beat(self, host: str, t: float, answer: protocol.Answer | None,
+             sequence: int = 0) -> None:
         """After a beat: the answer heard (None: none), then a look."""
-        side = self._side(host)
+        side = self.side(host)
         if answer is not None:
-            side.answered(0, t, answer, ('service', 0))
+            side.answered(sequence, t, answer, ('service', 0))
         monitor = side.monitor
         before = monitor.state
         monitor.evaluate()

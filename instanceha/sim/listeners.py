@@ -70,7 +70,9 @@ class SimHeartbeatListener:
     fencing level (:meth:`watchdog`).
     """
 
-    def __init__(self, world: sim_world.World, copy: str | None = None):
+    def __init__(self, world: sim_world.World, copy: str | None = None,
+                 keyring=None, max_clock_skew: float = 15.0,
+                 log_interval: float = 60.0):
         self.world = world
         #: The copy of the service it belongs to.
         self.copy = copy
@@ -97,7 +99,55 @@ class SimHeartbeatListener:
         self.leadership = None
         #: host -> the answer it was last sent.
         self._answers: dict = {}
+        #: With heartbeats through the real protocol (instanceha.sim.wire):
+        #: the real listener that checks and answers them.
+        self.real = None
+        if world.wire is not None and keyring is not None:
+            self._wire(keyring, max_clock_skew, log_interval)
         world.heartbeat_listeners.append(self)
+
+    def _wire(self, keyring, max_clock_skew: float,
+              log_interval: float) -> None:
+        """Check the agents' datagrams with the real listener."""
+        from instanceha.heartbeat import listener
+        from instanceha.heartbeat import protocol
+        w = self.world
+        real = self.real = listener.HeartbeatListener(
+            [], keyring, max_clock_skew, clock=self.now,
+            wall=lambda: w.local(w.clock.t).timestamp(),
+            log_interval=log_interval)
+
+        def leads() -> bool:
+            return self.copy is not None and w.is_leader(self.copy)
+
+        def answer(host: str):
+            if not leads():
+                return None
+            return (protocol.Answer() if self.answerer is None
+                    else self.answerer(host))
+        real.answerer = answer
+        # The simulated election loses no lease unseen (see hear()): a
+        # leader's proof lasts past its next answer.
+        real.leadership = lambda: 3 * w.timing.agent_interval if leads() \
+            else 0.0
+        # As the heartbeat detector's reload expects of a listener.
+        self._host_ring = keyring
+        self.set_keys = self._set_keys
+
+    def _set_keys(self, keyring) -> None:
+        self.real.set_keys(keyring)
+        self._host_ring = keyring
+
+    def receive(self, host: str, data: bytes, reply) -> tuple[bool, str]:
+        """A datagram from ``host``'s address: (accepted, why not)."""
+        real = self.real
+        before = dict(real.rejects.counts)
+        h = self.world.hosts[host]
+        if real.handle(data, '192.0.2.%s' % h.id, reply) is not None:
+            return True, None
+        reason = next((r for r, n in real.rejects.counts.items()
+                       if n != before.get(r, 0)), 'unknown')
+        return False, reason
 
     def start(self) -> None:
         pass
@@ -176,11 +226,15 @@ class SimHeartbeatListener:
 
     def reporting(self) -> set[str]:
         """Hosts whose agents take answers (as the real listener)."""
+        if self.real is not None:
+            return self.real.reporting()
         return set(self._reports)
 
     def watchdog(self, host: str, min_deadline: float = 0.0):
         """As :meth:`HeartbeatListener.watchdog`, from what it heard."""
         from instanceha.heartbeat import listener
+        if self.real is not None:
+            return self.real.watchdog(host, min_deadline)
         received, deadline = self._reports.get(host, (None, None))
         if deadline is None:
             return None
@@ -194,9 +248,15 @@ class SimHeartbeatListener:
             last_answer=last, reset_by=last + deadline if current else None)
 
     def set_known_hosts(self, hosts) -> None:
-        pass
+        if self.real is not None:
+            self.real.set_known_hosts(hosts)
 
     def age(self, host: str) -> float | None:
+        wire = self.world.wire
+        if wire is not None and self.real is not None and (
+                host in self.world.watchdogs.dogs):
+            # Its agent's heartbeats go through the real protocol.
+            return self.real.age(host)
         h = self.world.hosts.get(host)
         last = None if h is None else self.world.agent_last(h)
         if last is None or last < self.started_at:
@@ -236,7 +296,8 @@ class SimListeners(ports.ListenerFactory):
 
     def heartbeat(self, endpoints, keyring, max_clock_skew,
                   log_interval) -> SimHeartbeatListener:
-        return SimHeartbeatListener(self.world, self.copy)
+        return SimHeartbeatListener(self.world, self.copy, keyring,
+                                    max_clock_skew, log_interval)
 
     def kdump(self, endpoints, address_map,
               reverse_dns) -> SimKdumpListener:

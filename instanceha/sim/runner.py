@@ -211,6 +211,24 @@ class Simulation(sim_timeline.Timeline):
         sides = self._sides()
         if sides is not None:
             sides.spawn = self.agents.submit
+        if settings.get('wire'):
+            self._wire()
+
+    def _wire(self) -> None:
+        """Heartbeats through the real protocol (instanceha.sim.wire)."""
+        from instanceha.heartbeat import keys
+        from instanceha.sim import wire
+        if self.world.watchdogs is None:
+            raise sim_world.ScenarioError(
+                '%s: simulation wire: true needs hosts with a simulated '
+                'agent (watchdog: or isolation:)' % self.scenario.name)
+        group = self.make_conf().heartbeat
+        try:
+            master = keys.load_key(group.key_file)
+        except (OSError, TypeError, ValueError) as exc:
+            raise sim_world.ScenarioError('%s: wire: [heartbeat] key_file: '
+                                          '%s' % (self.scenario.name, exc))
+        self.world.wire = wire.Wire(self.world, master, group.key_mode)
 
     def _sides(self):
         """The world's agents' host sides (instanceha.sim.hostside)."""

@@ -92,6 +92,11 @@ COMMANDS = {
               'armed), started again alone (a new agent run on the running '
               'host), loses the service\'s answers one way (its heartbeats '
               'still arrive) or gets them again'),
+    'wire': ('HOST replay|forge|stale|key FILE',
+             'with simulation: {wire: true}: an old datagram of the host\'s '
+             'agent sent again, one signed with a wrong key, one 10 minutes '
+             'old, or its agent signs with the key derived from the master '
+             'in FILE from now on'),
     'stop-compute': ('HOST', 'stop nova-compute (guests keep running)'),
     'start-compute': ('HOST', 'start nova-compute again'),
     'crash-instance': ('SERVER [loop SECONDS] [times N]',

@@ -40,6 +40,7 @@ _COMMANDS = {
     'unpartition': '{host} reaches the control plane again',
     'addresses': 'the isolation addresses of {host} go {state}',
     'agent': 'the heartbeat agent of {host}: {change}',
+    'wire': 'a datagram for {host}\'s heartbeats: {change}',
     'stop-compute': 'nova-compute stops on {host} (its instances keep '
                     'running)',
     'start-compute': 'nova-compute starts again on {host}',
@@ -183,6 +184,11 @@ class Story:
                 d.get('device'), e.split('_', 1)[-1])
         if ev.source == 'host' and e == 'booted':
             return '%s has booted; nova-compute starts' % ev.host
+        if ev.source == 'listener':
+            return 'the heartbeat listener of %s %s %s%s%s' % (
+                d.get('copy'), e, 'a made-up (%s) datagram of ' % d[
+                    'injected'] if 'injected' in d else 'the heartbeats of ',
+                ev.host, ': %s' % d['reason'] if 'reason' in d else '')
         if ev.source == 'host' and e in _HOST:
             return _HOST[e].format(**d)
         if ev.source == 'host':

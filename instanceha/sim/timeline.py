@@ -169,6 +169,11 @@ class Timeline:
             need(2)
             self._watchdog(where, a)
             details['change'] = a[1]
+        elif name == 'wire':
+            need(2)
+            self.log.record('timeline', name, host, change=' '.join(a[1:]))
+            self._wire_command(where, a)
+            return
         elif name in ('partition', 'unpartition'):
             need(1)
             w.set_partition(host, name == 'partition')
@@ -378,6 +383,27 @@ class Timeline:
             self.world.host(a[0]).answers_ok = a[1] == 'answers-ok'
         else:
             self.world.set_agent_hung(a[0], a[1] == 'hang')
+
+    def _wire_command(self, where: str, a: tuple) -> None:
+        """A datagram made up, or the agent's key changed (sim.wire)."""
+        from instanceha.heartbeat import keys
+        w = self.world
+        if w.wire is None or a[0] not in w.watchdogs.dogs:
+            raise sim_world.ScenarioError(
+                '%s: needs simulation: {wire: true} and a simulated agent '
+                'on %s' % (where, a[0]))
+        if a[1] == 'key' and len(a) == 3:
+            path = a[2] if os.path.isabs(a[2]) else os.path.join(
+                self.scenario.path, a[2])
+            try:
+                w.wire.set_key(a[0], keys.load_key(path))
+            except (OSError, ValueError) as exc:
+                raise sim_world.ScenarioError('%s: %s' % (where, exc))
+        elif a[1] in ('replay', 'forge', 'stale') and len(a) == 2:
+            w.wire.inject(a[0], a[1], list(w.answering.values()))
+        else:
+            raise sim_world.ScenarioError('%s: expected %s' % (
+                where, sim_scenario.COMMANDS['wire'][0]))
 
     def _fencing(self, where: str, a: tuple) -> None:
         """An operator runs ``instanceha-manage fencing off|on HOST --yes``.

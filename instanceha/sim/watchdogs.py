@@ -105,18 +105,25 @@ class Watchdogs:
         return list(self.world.answering.values())
 
     def _send(self, host: str, t: float, deadline: float | None
-              ) -> protocol.Answer | None:
-        """One heartbeat to every copy; what a leading one answered."""
-        h = self.world.hosts[host]
+              ) -> tuple[int, protocol.Answer] | None:
+        """One heartbeat to every copy; what a leading one answered.
+
+        (sequence answered, answer); the sequence is 0 unless the
+        heartbeats go through the real protocol (instanceha.sim.wire).
+        """
+        w = self.world
+        h = w.hosts[host]
         if not (h.network_ok and h.service_link_ok):
             return None
+        if w.wire is not None:
+            return w.wire.send(host, deadline, self._listeners())
         answer = None
         for lst in self._listeners():
             if lst.hear(host, t, deadline):
                 answer = lst.answer_to(host)
         if answer is None or not h.answers_ok:
             return None
-        return answer
+        return 0, answer
 
     def _beat(self, host: str) -> None:
         w = self.world
@@ -141,10 +148,11 @@ class Watchdogs:
                 w.say('host', 'watchdog_released', host)
             return
         wd = dog.deadline is not None
-        answer = self._send(host, t, dog.deadline if wd and announced
-                            and dog.armed else None)
+        sequence, answer = self._send(
+            host, t, dog.deadline if wd and announced and dog.armed
+            else None) or (0, None)
         if self.sides is not None and host in self.sides.sides:
-            self.sides.beat(host, t, answer)
+            self.sides.beat(host, t, answer, sequence)
         if answer is None or not wd:
             return
         if not dog.armed:

@@ -347,6 +347,9 @@ class World:
         self.answering: dict = {}
         #: The hosts' watchdogs (instanceha.sim.watchdogs), if any.
         self.watchdogs = None
+        #: Heartbeats through the real protocol (instanceha.sim.wire), when
+        #: the scenario says ``simulation: {wire: true}``.
+        self.wire = None
         #: The filters that keep instances for recovery (the latest copy
         #: started): the isolation response's invariant (sim.hostside).
         self.recovery_filters: list | None = None

@@ -86,3 +86,19 @@ class TestHostSideInvariants(testtools.TestCase):
         self.assertTrue(any('where its guest still runs' in v
                             or 'no fencing device confirmed off' in v
                             for v in found), found)
+
+    def test_a_forged_datagram_accepted_is_caught(self):
+        # A listener that also trusts the forger's key takes the forged
+        # heartbeat.
+        decode = protocol.decode
+
+        def trusting(data, keys, **kwargs):
+            if callable(keys):
+                return decode(data, lambda host: tuple(keys(host)) + (
+                    b'f' * 64,), **kwargs)
+            return decode(data, keys, **kwargs)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instanceha.heartbeat.protocol.decode', trusting))
+        found = run('wire-forged-replayed-then-key-retired-early')
+        self.assertTrue(any('forge datagram of compute-1 accepted' in v
+                            for v in found), found)
