@@ -60,13 +60,10 @@ class HostSideStream:
         self.isolation = {}
         if not self.hostside:
             return
+        # (It draws from the fourth stream's random, which no stream uses
+        # after this one.)
+        self._heartbeat()
         opts = self.options
-        detectors = opts['detection.detectors'].split(',')
-        if 'heartbeat' not in detectors:
-            detectors.insert(1, 'heartbeat')
-            opts['detection.detectors'] = ','.join(detectors)
-            opts['heartbeat.key_file'] = 'heartbeat.key'
-            opts['detection.combine'] = hr.choice(['veto', 'all'])
         opts['heartbeat.isolation_response'] = hr.choice(RESPONSES)
         opts['heartbeat.isolation_shutdown_wait'] = str(hr.choice([5, 30]))
         self.isolation = {h: ISOLATION_TIMEOUT for h in self.hosts}

@@ -49,6 +49,7 @@ from instanceha.engine import model
 from instanceha.heartbeat import hostagent
 from instanceha.heartbeat import isolation
 from instanceha.heartbeat import protocol
+from instanceha.heartbeat import response
 from instanceha.sim import guests
 
 
@@ -86,7 +87,7 @@ class SimHypervisor:
         for srv in self.world.servers.values():
             if srv.id.lower() == uuid and self.host in srv.running_on:
                 return srv
-        raise isolation_error(uuid)
+        raise response.VirshError('virsh: domain %s not found' % uuid)
 
     def running(self) -> set[str]:
         return {s.id.lower() for s in self.world.servers.values()
@@ -111,11 +112,6 @@ class SimHypervisor:
                 guests.stopped(self.world, srv, 'guest_shut_down')
         self.world.at(self.world.clock.t + self.world.timing.
                       guest_shutdown_time, done)
-
-
-def isolation_error(uuid: str) -> Exception:
-    from instanceha.heartbeat import response
-    return response.VirshError('virsh: domain %s not found' % uuid)
 
 
 def check_response(world, host: str, srv) -> None:
