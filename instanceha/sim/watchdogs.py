@@ -32,11 +32,14 @@ never resets by itself. A
 cleanly stopped agent releases its watchdog once a leading copy heard it
 say so (it stays armed, and resets, otherwise).
 
-Not modelled (each only ever makes a host reset where the real agent
-would not, never the reverse): the release of the watchdogs while
-instance HA is paused, the stand-down of a copy that stops cleanly, the
-idle grace of a host without protected instances. An agent arms as soon
-as a leading copy answers it.
+A host whose agent has a host side (``isolation: SECONDS``) releases its
+watchdog while the service's answers say instance HA is paused, as the
+real agent does, and arms again at the next answer once the pause is
+over. Not modelled (each only ever makes a host reset where the real
+agent would not, never the reverse): the release of a watchdog during a
+pause on a host without a host side, the stand-down of a copy that stops
+cleanly, the idle grace of a host without protected instances. An agent
+arms as soon as a leading copy answers it.
 
 The invariants of :mod:`instanceha.sim.world` (no instance runs twice)
 then check the service's ``watchdog`` fencing level: a host it counted
@@ -151,8 +154,17 @@ class Watchdogs:
         sequence, answer = self._send(
             host, t, dog.deadline if wd and announced and dog.armed
             else None) or (0, None)
+        side = None
         if self.sides is not None and host in self.sides.sides:
             self.sides.beat(host, t, answer, sequence)
+            side = self.sides.side(host)
+        if wd and side is not None and side.paused:
+            # As the real agent: released while the service says instance
+            # HA is paused (until the resume, or the pause's end).
+            if dog.armed:
+                dog.armed = False
+                w.say('host', 'watchdog_released', host, why='paused')
+            return
         if answer is None or not wd:
             return
         if not dog.armed:
