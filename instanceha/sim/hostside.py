@@ -51,6 +51,7 @@ from instanceha.heartbeat import isolation
 from instanceha.heartbeat import protocol
 from instanceha.heartbeat import response
 from instanceha.sim import guests
+from instanceha.sim import world as sim_world
 
 
 class SimProber:
@@ -163,7 +164,6 @@ class HostSides:
         self.sides: dict[str, Side] = {}
 
     def add(self, host: str, timeout: float, addresses: int) -> None:
-        from instanceha.sim import world as sim_world
         if timeout <= 0 or addresses < 0:
             raise sim_world.ScenarioError(
                 'host %s: isolation must be an isolation timeout in seconds '
