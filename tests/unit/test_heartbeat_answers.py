@@ -85,6 +85,15 @@ class TestAnswers(testtools.TestCase):
         self.assertEqual(self.clock.mono, self.lst.last_answer('h1'))
         self.assertEqual(3, self.lst.stats()['answers'])
 
+    def test_reporting_names_the_agents_that_take_answers(self):
+        # The leader reads the instances of these hosts for their policy.
+        self.send(self.agent.beat(version=1))
+        self.assertEqual(set(), self.lst.reporting())
+        self.send(self.agent.beat())
+        old = Agent('h2', clock=self.clock)
+        self.send(old.beat(version=1))
+        self.assertEqual({'h1'}, self.lst.reporting())
+
     def test_follower_answers_nothing(self):
         self.leading = False
         self.assertEqual([], self.send(self.agent.beat()))
