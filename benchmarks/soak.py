@@ -14,16 +14,21 @@
 """A chaos soak on the real peers (see tests/soak/harness.py).
 
     benchmarks/soak.py --seed 7 --minutes 60 [--hosts 8] [--json FILE]
+    benchmarks/soak.py --audit TRUTH.json
 
 Starts real nova with N fake computes and servers on every host, IPMI
-BMC emulators, etcd, a fault-injecting proxy in front of Nova and two
-copies of instanceha-service; injects faults for the given time, audits
-physical truth after each, lets the cloud settle and prints the figures
-(a table, and JSON with --json). Exit status 1 on any breach, with the
-seed and the timeline that replays it.
+BMC emulators (and the Redfish emulator for the last hosts), a heartbeat
+agent per host, etcd or redis (by the seed, or --backend), a
+fault-injecting proxy in front of Nova and two copies of
+instanceha-service; injects faults for the given time, audits physical
+truth after each, lets the cloud settle and prints the figures (a table,
+and JSON with --json). Exit status 1 on any breach, with the seed and
+the timeline that replays it. --truth writes what the audit saw at the
+end; --audit checks such a file again with the rules of this checkout.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -34,7 +39,16 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', 'true')
 
+from tests.soak import audit  # noqa: E402
 from tests.soak import harness  # noqa: E402
+
+
+def reaudit(path: str) -> int:
+    """Check a run's recorded truth again: breaches, one a line."""
+    with open(path) as f:
+        found = audit.check(audit.Truth(**json.load(f)), final=True)
+    print('\n'.join(found) or 'no breach')
+    return 1 if found else 0
 
 
 def main(argv=None) -> int:
@@ -46,6 +60,11 @@ def main(argv=None) -> int:
     parser.add_argument('--per-host', type=int, default=2,
                         help='servers booted on each host (default 2)')
     parser.add_argument('--copies', type=int, default=2)
+    parser.add_argument('--redfish-hosts', type=int, default=2,
+                        help='hosts behind the Redfish emulator (default 2)')
+    parser.add_argument('--backend', choices=harness.BACKENDS,
+                        help='coordination backend (default: by the seed, '
+                        'even etcd, odd redis)')
     parser.add_argument('--kinds', default='',
                         help='comma-separated fault kinds (default all: %s)'
                         % ', '.join(harness.FAULTS))
@@ -55,13 +74,21 @@ def main(argv=None) -> int:
                         '%(default)s)')
     parser.add_argument('--json', metavar='FILE',
                         help='also write the figures as JSON to FILE')
+    parser.add_argument('--truth', metavar='FILE',
+                        help='write what the last audit saw to FILE')
+    parser.add_argument('--audit', metavar='FILE',
+                        help='only check a --truth FILE again and exit')
     args = parser.parse_args(argv)
+    if args.audit:
+        return reaudit(args.audit)
     kinds = tuple(k for k in args.kinds.split(',') if k) or None
     for kind in kinds or ():
         if kind not in harness.FAULTS:
             parser.error('unknown fault kind %r' % kind)
     soak = harness.Soak(hosts=args.hosts, per_host=args.per_host,
                         copies=args.copies, seed=args.seed,
+                        backend=args.backend,
+                        redfish_hosts=args.redfish_hosts,
                         log=lambda line: print(line, flush=True))
     with soak:
         try:
@@ -74,6 +101,9 @@ def main(argv=None) -> int:
                                    ignore=shutil.ignore_patterns('coord'))
             print('the service copies\' logs and configuration: %s' % kept)
         print(harness.table(figures))
+        if args.truth:
+            with open(args.truth, 'w') as f:
+                json.dump(dataclasses.asdict(soak.truth()), f)
         if args.json:
             with open(args.json, 'w') as f:
                 json.dump(figures, f, indent=2, sort_keys=True)

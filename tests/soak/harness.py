@@ -14,7 +14,9 @@
 
 :class:`Soak` assembles what the functional tests already start -- real
 nova with N fake computes and servers on every host, IPMI BMC emulators
-wired to it (a power-off kills the host's nova-compute), a real etcd for
+and (for the last hosts) the Redfish emulator, wired to it (a power-off
+kills the host's nova-compute), a real ``instanceha-heartbeat-agent`` on
+every host (:mod:`tests.soak.hosts`), a real etcd or redis for
 coordination, a fault-injecting proxy in front of Nova's API -- and two
 copies of the real ``instanceha-service``. :meth:`Soak.run` injects
 faults at random moments from a seeded generator (see :data:`FAULTS`),
@@ -30,6 +32,7 @@ import datetime
 import os
 import random
 import signal
+import socket
 import statistics
 import time
 
@@ -38,9 +41,11 @@ import fixtures
 from instanceha.adapters import nova as nova_adapter
 from instanceha import conf as ha_conf
 from tests.functional import peers
+from tests.functional.peers import base as peer_base
 from tests.functional import test_ha
 from tests.functional import test_recovery
 from tests.soak import audit
+from tests.soak import hosts as machines
 
 #: The service's timings: compressed like the functional tests'.
 OPTIONS = {
@@ -52,7 +57,13 @@ OPTIONS = {
     'evacuation.max_in_flight': 8,
     'instance_failure.stable_time': 30,
     'fencing.device_timeout': 10,
+    'evacuation.retries': 5,
+    'detection.detectors': ['nova', 'heartbeat'],
+    'heartbeat.listen_addresses': ['127.0.0.1'],
+    'heartbeat.timeout': 3,
 }
+#: Coordination backends a run chooses from (by its seed, unless told).
+BACKENDS = ('etcd', 'redis')
 #: Seconds the cloud gets to settle once the faults stop.
 SETTLE_BOUND = 240.0
 
@@ -82,7 +93,8 @@ class Soak(fixtures.Fixture):
     """The cloud, the service copies and the soak's own bookkeeping."""
 
     def __init__(self, hosts: int = 8, per_host: int = 2, copies: int = 2,
-                 seed: int = 0, log=print):
+                 seed: int = 0, log=print, backend: str | None = None,
+                 redfish_hosts: int = 2):
         super().__init__()
         self.host_count = hosts
         self.per_host = per_host
@@ -90,12 +102,19 @@ class Soak(fixtures.Fixture):
         self.rng = random.Random(seed)
         self.seed = seed
         self.log = log
+        self.backend_name = backend or BACKENDS[seed % len(BACKENDS)]
+        self.redfish_count = redfish_hosts
         self.faults: list[Fault] = []
         self.breaches: list[str] = []
+        #: host -> the reason an operator holds it with (in force).
         self.held: dict[str, str] = {}
-        self.lying: dict[str, list] = collections.defaultdict(list)
+        #: host -> [[start, end, reason]]: every operator hold.
+        self.holds: dict[str, list] = collections.defaultdict(list)
+        #: host -> [[start, end, why]]: its BMC could prove nothing.
+        self.unprovable: dict[str, list] = collections.defaultdict(list)
+        #: [[start, end, hosts]]: more than the threshold cut off at once.
+        self.partitions: list[list] = []
         self.pauses: list[list] = []
-        self.own_power_offs: list[tuple] = []
         self.leader_changes = 0
         #: (name, pid) of the leading copy last seen.
         self._leader: tuple | None = None
@@ -103,12 +122,29 @@ class Soak(fixtures.Fixture):
     # --- assembly ----------------------------------------------------------
 
     def _setUp(self):
-        self.etcd = self.useFixture(peers.EtcdPeer())
+        peer = peers.EtcdPeer if self.backend_name == 'etcd' else \
+            peers.RedisPeer
+        self.backend = self.useFixture(peer())
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        key = os.path.join(self.dir, 'heartbeat.key')
+        with open(key, 'w') as f:
+            f.write(os.urandom(32).hex() + '\n')
         options = dict(OPTIONS)
-        options['coordination.backend_url'] = self.etcd.url
+        options['coordination.backend_url'] = self.backend.url
+        options['heartbeat.key_file'] = key
+        options['heartbeat.port'] = _udp_port()
         self.cloud = self.useFixture(test_recovery.Cloud(
             hosts=self.host_count, options=options))
         self.nova = self.cloud.nova
+        redfish_hosts = self.nova.hosts[len(self.nova.hosts) -
+                                        self.redfish_count:]
+        self.redfish = self.useFixture(peers.RedfishPeer(
+            hosts=redfish_hosts, nova=self.nova, power_delay=(0, 2)))
+        self.machines = machines.Machines(self.cloud, self.redfish,
+                                          redfish_hosts, key, self.dir,
+                                          self.log)
+        self.addCleanup(self.machines.stop)
+        self._write_fencing()
         self.proxy = self.useFixture(peers.FaultProxy(self.nova.endpoint))
         behind = os.path.join(self.cloud.dir, 'behind-proxy.conf')
         with open(behind, 'w') as f:
@@ -117,15 +153,52 @@ class Soak(fixtures.Fixture):
         for host in self.nova.hosts:
             self.cloud.boot(host, self.per_host, name='soak')
         self.copies = {}
-        for i in range(self.copy_count):
-            self._start_copy('copy-%d' % i)
+        self._hb_ports = {'copy-%d' % i: _udp_port()
+                          for i in range(self.copy_count)}
+        self.machines.collectors = list(self._hb_ports.values())
+        self.machines.follow()
+        for name in self._hb_ports:
+            self._start_copy(name)
         test_ha.wait_for(lambda: self.leader() is not None, 60,
                          'a copy to lead')
         self.reader = self._reader()
 
+    def _write_fencing(self) -> None:
+        """Every host's BMC with a password file of its own."""
+        lines = ['hosts:']
+        for host in self.nova.hosts:
+            redfish = self.machines.bmc_kind(host) == 'redfish'
+            self._set_password(host, self.redfish.password if redfish
+                               else self.cloud.bmc.password)
+            if redfish:
+                entry = {'driver': 'redfish', 'address': self.redfish.url,
+                         'system_id': self.redfish.systems[host],
+                         'username': self.redfish.username}
+            else:
+                entry = {'driver': 'ipmi', 'address': '127.0.0.1',
+                         'port': self.cloud.bmc.ports[host],
+                         'username': self.cloud.bmc.username}
+            entry['password_file'] = self._password_file(host)
+            lines.append('  %s:' % host)
+            lines.extend('    %s: %s' % kv for kv in sorted(entry.items()))
+        with open(self.cloud.fencing_file, 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+
+    def _password_file(self, host: str) -> str:
+        return os.path.join(self.dir, 'bmc-password-%s' % host)
+
+    def _set_password(self, host: str, password: str) -> None:
+        path = self._password_file(host)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, 'w') as f:
+            f.write(password)
+
     def _start_copy(self, name: str) -> None:
+        port = os.path.join(self.cloud.dir, '%s-heartbeat.conf' % name)
+        with open(port, 'w') as f:
+            f.write('[heartbeat]\nport = %d\n' % self._hb_ports[name])
         self.copies[name] = test_ha.Copy(self, self.cloud, name,
-                                         [self._behind])
+                                         [self._behind, port])
 
     def _reader(self) -> nova_adapter.NovaCloud:
         """Nova read directly (not through the proxy): the auditor's eyes."""
@@ -146,27 +219,38 @@ class Soak(fixtures.Fixture):
                 return name
         return None
 
+    def _reload_copies(self) -> None:
+        """SIGHUP every running copy: they re-read the fencing file."""
+        for copy in self.copies.values():
+            if copy.proc.poll() is None:
+                copy.proc.send_signal(signal.SIGHUP)
+
     # --- faults --------------------------------------------------------------
 
     def _hosts_down(self) -> set:
         return {f.target for f in self.faults if f.recovered_at is None
                 and f.kind in HOST_FAULTS}
 
-    def _healthy_host(self) -> str | None:
-        busy = self._hosts_down() | set(self.held) | {
-            f.target.split(':')[0] for f in self.faults
-            if f.recovered_at is None and f.kind == 'bmc_fault'}
-        free = [h for h in self.nova.hosts if h not in busy]
+    def _busy(self) -> set:
+        """Hosts an unfinished fault is about (none is chosen again)."""
+        return {f.target.split(':')[0] for f in self.faults
+                if f.recovered_at is None} | set(self.held) | {
+            h for p in self.partitions if p[1] is None for h in p[2]}
+
+    def _healthy_host(self, ipmi: bool = False) -> str | None:
+        free = [h for h in self.nova.hosts if h not in self._busy() and (
+            not ipmi or self.machines.bmc_kind(h) == 'ipmi')]
         return self.rng.choice(free) if free else None
 
-    def _host_back(self, host: str):
+    def _host_back(self, host: str, servers: list | None = None):
         """Whether ``host``'s failure is over.
 
         Seen failed, then enabled and up again, not forced down, and every
         instance that was on it ACTIVE (there or elsewhere).
         """
         seen = {'failed': False}
-        servers = [s.id for s in self.reader.list_servers(host)]
+        if servers is None:
+            servers = [s.id for s in self.reader.list_servers(host)]
 
         def done():
             svc = self.reader.read_services().service(host)
@@ -182,22 +266,78 @@ class Soak(fixtures.Fixture):
                 for i in servers)
         return done
 
+    def _later(self, seconds: float, action, then):
+        """A done() that acts once after ``seconds``, then asks ``then``.
+
+        ``action()`` runs once when the time comes; from then on the
+        fault is over when ``then()`` holds.
+        """
+        state = {'at': time.time() + seconds, 'done': False}
+
+        def done():
+            if not state['done']:
+                if time.time() < state['at']:
+                    return False
+                action()
+                state['done'] = True
+            return then()
+        return done
+
     def power_off(self, host: str) -> Fault:
-        proc = self.cloud.bmc.ipmitool(host, 'chassis', 'power', 'off')
-        assert proc.returncode == 0, proc.stderr
-        self.own_power_offs.append((time.time(), host))
-        return Fault('power_off', host, time.time(), done=self._host_back(
-            host))
+        back = self._host_back(host)
+        self.machines.power_off(host)
+        return Fault('power_off', host, time.time(), done=back)
+
+    def hang(self, host: str) -> Fault:
+        """nova-compute and agent dead, power on: only fencing helps."""
+        back = self._host_back(host)
+        self.machines.hung.add(host)
+        self.machines.kill_agent(host)
+        self.nova.control.kill(host)
+        return Fault('host_hang', host, time.time(), done=back)
 
     def kill_compute(self, host: str) -> Fault:
+        """nova-compute dies; the host and its agent live on.
+
+        systemd starts nova-compute again 15-40 s later.
+        """
+        back = self._host_back(host)
         self.nova.control.kill(host)
-        return Fault('compute_death', host, time.time(),
-                     done=self._host_back(host))
+        return Fault('compute_death', host, time.time(), done=self._later(
+            self.rng.uniform(15, 40),
+            lambda: self.machines.start_compute(host), back))
+
+    def clean_reboot(self, host: str) -> Fault:
+        """A reboot, announced by the agent (SIGTERM).
+
+        The host goes down and boots again 5-20 s later (power stays on).
+        """
+        back = self._host_back(host)
+        self.machines.rebooting.add(host)
+        agent = self.machines.stop_agent(host)
+        state = {'phase': 'announcing', 'at': time.time() + 10}
+
+        def done():
+            if state['phase'] == 'announcing':
+                if (agent is not None and agent.poll() is None
+                        and time.time() < state['at']):
+                    return False
+                self.nova.control.kill(host)
+                state.update(phase='down',
+                             at=time.time() + self.rng.uniform(5, 20))
+            if state['phase'] == 'down':
+                if time.time() < state['at']:
+                    return False
+                self.machines.start_compute(host)
+                self.machines.rebooting.discard(host)
+                state['phase'] = 'up'
+            return back()
+        return Fault('clean_reboot', host, time.time(), done=done)
 
     def crash_guest(self, _host: str) -> Fault | None:
         servers = [s for s in self.reader.list_servers()
                    if s.status == 'ACTIVE' and s.host not in
-                   self._hosts_down() and not self._crashed_lately(s.id)]
+                   self._busy() and not self._crashed_lately(s.id)]
         if not servers:
             return None
         srv = self.rng.choice(servers)
@@ -228,10 +368,10 @@ class Soak(fixtures.Fixture):
                      time.time(), done=lambda: self.leader() is not None)
 
     def restart_backend(self, _host: str) -> Fault:
-        self.etcd.stop()
+        self.backend.stop()
         time.sleep(self.rng.uniform(1, 5))
-        self.etcd.start()
-        return Fault('backend_restart', 'etcd', time.time(),
+        self.backend.start()
+        return Fault('backend_restart', self.backend_name, time.time(),
                      done=lambda: self.leader() is not None)
 
     def nova_fault(self, _host: str) -> Fault:
@@ -246,24 +386,108 @@ class Soak(fixtures.Fixture):
         return Fault('nova_api_%s' % kind, '%.0fs' % seconds, time.time(),
                      done=lambda: time.time() >= end)
 
-    def bmc_fault(self, host: str) -> Fault:
-        mode = self.rng.choice(('silent', 'error', 'stuck', 'lying'))
-        seconds = self.rng.uniform(10, 30)
-        self.cloud.bmc.set_mode(host, mode)
+    def _window(self, host: str, seconds: float, begin, end, why=None,
+                fail: bool = False):
+        """A BMC fault on a healthy ``host`` for ``seconds``.
+
+        ``why``: the BMC proves nothing meanwhile (the audit then allows
+        no evacuation of the host). ``fail``: the host also fails during
+        the window (powered off a few seconds into it), so the service
+        meets the fault while recovering.
+        """
+        back = self._host_back(host) if fail else (lambda: True)
+        begin()
         start = time.time()
-        if mode == 'lying':
-            self.lying[host].append([start, None])
-        state = {'open': True}
+        if why:
+            self.unprovable[host].append([start, None, why])
+        state = {'open': True, 'failed': not fail,
+                 'fail_at': start + self.rng.uniform(1, 4)}
 
         def done():
+            if not state['failed'] and time.time() >= state['fail_at']:
+                self.machines.power_off(host)
+                state['failed'] = True
             if state['open'] and time.time() >= start + seconds:
-                self.cloud.bmc.set_mode(host, 'ok')
-                if mode == 'lying':
-                    self.lying[host][-1][1] = time.time()
+                end()
+                if why:
+                    self.unprovable[host][-1][1] = time.time()
                 state['open'] = False
-            return not state['open']
-        return Fault('bmc_' + mode, '%s:%.0fs' % (host, seconds), start,
-                     done=done)
+            return state['failed'] and not state['open'] and back()
+        return done
+
+    def bmc_fault(self, _host: str) -> Fault | None:
+        host = self._healthy_host(ipmi=True)
+        if host is None:
+            return None
+        mode = self.rng.choice(('silent', 'error', 'stuck', 'lying'))
+        seconds = self.rng.uniform(10, 30)
+        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
+        done = self._window(
+            host, seconds, lambda: self.cloud.bmc.set_mode(host, mode),
+            lambda: self.cloud.bmc.set_mode(host, 'ok'),
+            why=mode if mode in ('silent', 'lying') else None, fail=fail)
+        return Fault('bmc_' + mode + ('+off' if fail else ''),
+                     '%s:%.0fs' % (host, seconds), time.time(), done=done)
+
+    def wrong_password(self, host: str) -> Fault:
+        """An operator's reload brings a wrong BMC password for a while."""
+        seconds = self.rng.uniform(15, 40)
+        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
+        right = self._read_password(host)
+
+        def begin():
+            self._set_password(host, 'wrong-%s' % right[::-1])
+            self._reload_copies()
+
+        def end():
+            self._set_password(host, right)
+            self._reload_copies()
+        done = self._window(host, seconds, begin, end, why='wrong password',
+                            fail=fail)
+        return Fault('bmc_password' + ('+off' if fail else ''),
+                     '%s:%.0fs' % (host, seconds), time.time(), done=done)
+
+    def _read_password(self, host: str) -> str:
+        with open(self._password_file(host)) as f:
+            return f.read()
+
+    def _room_for_a_failure(self) -> bool:
+        return len(self._hosts_down()) < max(1, self.host_count // 4)
+
+    def partition(self, _host: str) -> Fault | None:
+        """More than the threshold of the hosts cut off at once.
+
+        Their nova-compute stops and their agents freeze (the control
+        plane cannot reach them) for 20-40 s: a mass failure, on which
+        nothing may be fenced or evacuated.
+        """
+        free = [h for h in self.nova.hosts if h not in self._busy()]
+        count = self.host_count * OPTIONS['threshold'] // 100 + 1
+        if len(free) < count:
+            return None
+        cut = sorted(self.rng.sample(free, count))
+        window = [time.time(), None, cut]
+        self.partitions.append(window)
+        for host in cut:
+            self.machines.freeze_agent(host)
+            self.nova.control.kill(host)
+
+        def heal():
+            # From the first host back, it is no longer a mass failure:
+            # those still out are failed hosts like any other.
+            window[1] = time.time()
+            for host in cut:
+                self.machines.thaw_agent(host)
+            for host in cut:
+                self.machines.start_compute(host)
+
+        def healed():
+            services = self.reader.read_services()
+            return all(services.service(h).state == 'up' and
+                       services.service(h).status == 'enabled' for h in cut)
+        return Fault('partition', ','.join(cut), window[0],
+                     done=self._later(self.rng.uniform(20, 40), heal,
+                                      healed))
 
     def operator_pause(self, _host: str) -> Fault:
         seconds = self.rng.uniform(5, 20)
@@ -274,24 +498,58 @@ class Soak(fixtures.Fixture):
         return Fault('operator_pause', '%.0fs' % seconds, time.time(),
                      done=lambda: time.time() >= end)
 
+    def _hold(self, host: str, reason: str) -> None:
+        self.held[host] = reason
+        self.holds[host].append([time.time(), None, reason])
+
+    def _release(self, host: str) -> None:
+        self.held.pop(host, None)
+        self.holds[host][-1][1] = time.time()
+
     def operator_disable(self, host: str) -> Fault:
+        """An operator disables a host, which may then fail while held.
+
+        Half the time it is powered off: nothing may be done to it until
+        the operator enables it again.
+        """
         reason = 'soak operator %d' % self.rng.randrange(10 ** 6)
         svc = self.reader.read_services().service(host)
         self.reader.update_service(svc, status='disabled',
                                    disabled_reason=reason)
-        self.held[host] = reason
+        self._hold(host, reason)
+        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
         seconds = self.rng.uniform(10, 30)
-        start = time.time()
+        back = self._host_back(host) if fail else (lambda: True)
+        if fail:
+            self.machines.power_off(host)
 
-        def done():
-            if time.time() < start + seconds:
-                return False
-            if self.held.pop(host, None) is not None:
-                self.reader.update_service(
-                    self.reader.read_services().service(host),
-                    status='enabled')
-            return True
-        return Fault('operator_disable', host, start, done=done)
+        def enable():
+            self._release(host)
+            self.reader.update_service(
+                self.reader.read_services().service(host), status='enabled')
+        return Fault('operator_disable' + ('+off' if fail else ''), host,
+                     time.time(), done=self._later(seconds, enable, back))
+
+    def maintenance(self, host: str) -> Fault | None:
+        """An operator's maintenance while other recoveries run.
+
+        Instances are live-migrated away; it ends 20-40 s later.
+        """
+        try:
+            test_recovery.manage(self.cloud, 'maintenance', 'start', host,
+                                 '--reason', 'soak')
+        except AssertionError as exc:  # refused: the host is not healthy
+            self.log('maintenance start %s refused: %s' % (host, exc))
+            return None
+        self._hold(host, self.reader.read_services().service(
+            host).disabled_reason)
+
+        def end():
+            test_recovery.manage(self.cloud, 'maintenance', 'end', host)
+            self._release(host)
+        return Fault('maintenance', host, time.time(), done=self._later(
+            self.rng.uniform(20, 40), end, lambda: self.reader.read_services(
+            ).service(host).status == 'enabled'))
 
     # --- the run -----------------------------------------------------------
 
@@ -308,12 +566,32 @@ class Soak(fixtures.Fixture):
                     'status': s.status, 'locked': s.locked,
                     'locked_reason': s.locked_reason}
                    for s in self.reader.list_servers()]
+        histories = self.redfish.power_histories()
+        power = {h: (histories.get(h, []) if self.machines.bmc_kind(h) ==
+                     'redfish' else self.cloud.bmc.power_history(h))
+                 for h in self.nova.hosts}
         return audit.Truth(
-            power={h: self.cloud.bmc.power_history(h)
-                   for h in self.nova.hosts},
-            evacuations=evacuations, servers=servers, services=services,
-            held=dict(self.held), lying=dict(self.lying),
-            pauses=list(self.pauses), own_power_offs=list(self.own_power_offs))
+            power=power, evacuations=evacuations, servers=servers,
+            services=[audit.service_dict(s) for s in services],
+            held=dict(self.held), unprovable=_copy(self.unprovable),
+            pauses=list(self.pauses),
+            own_power_offs=list(self.machines.own_power_offs),
+            beating=_copy(self.machines.beating),
+            partitions=[list(p) for p in self.partitions],
+            holds=_copy(self.holds),
+            host_faults=self._host_faults(),
+            retries=OPTIONS['evacuation.retries'])
+
+    def _host_faults(self) -> dict:
+        """host -> times the soak made something happen to it."""
+        out = collections.defaultdict(list)
+        for fault in self.faults:
+            for host in fault.target.split(':')[0].split(','):
+                if host in self.nova.hosts:
+                    out[host].append(fault.at)
+        for at, host in self.machines.own_power_offs:
+            out[host].append(at)
+        return {h: sorted(t) for h, t in out.items()}
 
     def _audit(self, final: bool = False) -> None:
         found = audit.check(self.truth(), final=final)
@@ -323,9 +601,9 @@ class Soak(fixtures.Fixture):
 
     def report_breach(self, found: list) -> str:
         t0 = self.faults[0].at if self.faults else time.time()
-        return ('soak breach (seed %d):\n  %s\ntimeline:\n  %s' % (
-            self.seed, '\n  '.join(found),
-            '\n  '.join(f.line(t0) for f in self.faults)))
+        return ('soak breach (seed %d, backend %s):\n  %s\ntimeline:\n  %s'
+                % (self.seed, self.backend_name, '\n  '.join(found),
+                   '\n  '.join(f.line(t0) for f in self.faults)))
 
     def _check_recoveries(self) -> None:
         for fault in self.faults:
@@ -355,8 +633,7 @@ class Soak(fixtures.Fixture):
 
     def _inject(self, kind: str) -> None:
         host = self._healthy_host()
-        if kind in HOST_FAULTS and len(self._hosts_down()) >= max(
-                1, self.host_count // 4):
+        if kind in HOST_FAULTS and not self._room_for_a_failure():
             return  # stay well below a mass failure
         if host is None and kind in NEEDS_HOST:
             return
@@ -376,7 +653,8 @@ class Soak(fixtures.Fixture):
                 break
             time.sleep(1.0)
         for host in self.nova.hosts:
-            self.cloud.bmc.set_mode(host, 'ok')
+            if self.machines.bmc_kind(host) == 'ipmi':
+                self.cloud.bmc.set_mode(host, 'ok')
         self._repair()
         while time.time() < deadline:
             if not audit.settled(self.truth()):
@@ -400,10 +678,11 @@ class Soak(fixtures.Fixture):
         recovered was powered on by the service already.
         """
         computes = self.nova.control.computes()
+        powers = self.machines.powers()
         for host in self.nova.hosts:
-            if self.cloud.bmc.power_state(host) == 'off':
+            if powers[host] == 'off':
                 self.log('repair: power on %s' % host)
-                self.cloud.power_on(host)
+                self.machines.power_on(host)
             elif not computes[host]['running']:
                 self.log('repair: start nova-compute on %s' % host)
                 self.nova.control.revive(host)
@@ -411,13 +690,13 @@ class Soak(fixtures.Fixture):
     def _state(self, target: str) -> str:
         """What Nova shows of a fault's host (or instance), for a breach."""
         try:
-            svc = self.reader.read_services().service(target)
+            svc = self.reader.read_services().service(target.split(':')[0])
         except Exception:  # not a host: an instance, a copy, a window
             svc = None
         if svc is None:
             return 'see the service copies\' logs'
         servers = ', '.join('%s %s' % (s.name, s.status)
-                            for s in self.reader.list_servers(target))
+                            for s in self.reader.list_servers(svc.host))
         return ('compute %s/%s%s reason %r; on it: %s' % (
             svc.status, svc.state, ' forced down' if svc.forced_down
             else '', svc.disabled_reason, servers or 'nothing'))
@@ -437,10 +716,17 @@ class Soak(fixtures.Fixture):
                 'p95': (times[min(len(times) - 1, int(0.95 * len(times)))]
                         if times else None),
                 'max': times[-1] if times else None}
-        return {'seed': self.seed, 'faults': rows,
-                'nova_calls': sum(self.proxy.calls.values()),
-                'leader_changes': self.leader_changes,
-                'breaches': len(self.breaches)}
+        try:
+            counts = audit.counts(self.truth())
+        except Exception:  # noqa: BLE001 - Nova gone: figures still print
+            counts = {}
+        return dict({'seed': self.seed, 'backend': self.backend_name,
+                     'hosts': {'ipmi': self.host_count - self.redfish_count,
+                               'redfish': self.redfish_count},
+                     'faults': rows,
+                     'nova_calls': sum(self.proxy.calls.values()),
+                     'leader_changes': self.leader_changes,
+                     'breaches': len(self.breaches)}, **counts)
 
 
 def _epoch(text: str) -> float:
@@ -450,37 +736,58 @@ def _epoch(text: str) -> float:
     return when.timestamp()
 
 
+def _udp_port() -> int:
+    return peer_base.free_port(socket.SOCK_DGRAM)
+
+
+def _copy(spans: dict) -> dict:
+    return {k: [list(s) for s in v] for k, v in spans.items()}
+
+
 #: Faults that take a host out (at most a quarter of the hosts at once).
-HOST_FAULTS = frozenset({'power_off', 'compute_death'})
+HOST_FAULTS = frozenset({'power_off', 'host_hang', 'compute_death',
+                         'clean_reboot'})
 #: Faults aimed at one healthy host.
-NEEDS_HOST = HOST_FAULTS | {'bmc_fault', 'operator_disable'}
+NEEDS_HOST = HOST_FAULTS | {'operator_disable', 'maintenance',
+                            'wrong_password'}
 #: Every fault kind the soak injects: name -> Soak method(host).
 FAULTS = {
     'power_off': Soak.power_off,
+    'host_hang': Soak.hang,
     'compute_death': Soak.kill_compute,
+    'clean_reboot': Soak.clean_reboot,
     'guest_crash': Soak.crash_guest,
     'kill_leader': lambda s, _h: s.kill_copy(leader=True),
     'kill_follower': lambda s, _h: s.kill_copy(leader=False),
     'backend_restart': Soak.restart_backend,
     'nova_api': Soak.nova_fault,
     'bmc_fault': Soak.bmc_fault,
+    'wrong_password': Soak.wrong_password,
+    'partition': Soak.partition,
     'operator_pause': Soak.operator_pause,
     'operator_disable': Soak.operator_disable,
+    'maintenance': Soak.maintenance,
 }
 
 
 def table(figures: dict) -> str:
     """The figures as an operator reads them."""
-    lines = ['%-18s %8s %9s %7s %7s %7s %7s' % (
+    lines = ['%-22s %8s %9s %7s %7s %7s %7s' % (
         'FAULT', 'INJECTED', 'RECOVERED', 'MIN', 'MEDIAN', 'P95', 'MAX')]
 
     def s(v):
         return '-' if v is None else '%.1f' % v
     for kind, row in figures['faults'].items():
-        lines.append('%-18s %8d %9d %7s %7s %7s %7s' % (
+        lines.append('%-22s %8d %9d %7s %7s %7s %7s' % (
             kind, row['injected'], row['recovered'], s(row['min']),
             s(row['median']), s(row['p95']), s(row['max'])))
-    lines.append('nova calls %d, leader changes %d, breaches %d (seed %d)'
-                 % (figures['nova_calls'], figures['leader_changes'],
-                    figures['breaches'], figures['seed']))
+    lines.append('backend %s, hosts %d IPMI + %d Redfish, nova calls %d, '
+                 'leader changes %d, fencing power-offs %s, evacuations %s, '
+                 'breaches %d (seed %d)' % (
+                     figures['backend'], figures['hosts']['ipmi'],
+                     figures['hosts']['redfish'], figures['nova_calls'],
+                     figures['leader_changes'],
+                     figures.get('fencing_power_offs', '?'),
+                     figures.get('evacuations', '?'),
+                     figures['breaches'], figures['seed']))
     return '\n'.join(lines)

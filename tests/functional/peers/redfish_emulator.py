@@ -26,7 +26,10 @@ Extras over the stock ``sushy-emulator`` command, all optional:
 - when a power change lands, the nova helper's control API kills (off)
   or revives (on) that host's nova-compute;
 - hardware health a test injects (:func:`health_app`): the stock fake
-  driver reports every system OK and no power supplies.
+  driver reports every system OK and no power supplies;
+- every power change that lands, with its wall-clock time
+  (``GET /ih-test/power``: ``{name: [[time, 'On'/'Off'], ...]}``), the
+  physical truth a soak run audits against.
 
 Usage: python redfish_emulator.py CONFIG.json   (written by RedfishPeer)
 """
@@ -61,9 +64,8 @@ def patch_fake_driver(fakedriver, cfg):
 
         fakedriver.random = Delay
 
-    if not cfg.get('nova_control'):
-        return
-    hook = common.NovaHook(cfg['nova_control'])
+    hook = (common.NovaHook(cfg['nova_control'])
+            if cfg.get('nova_control') else None)
     original = fakedriver.FakeDriver._update
 
     def _update(self, system, **changes):
@@ -74,8 +76,12 @@ def patch_fake_driver(fakedriver, cfg):
         after = changes.get('power_state', before)
         if after != before and after in ('On', 'Off'):
             log('%s: power %s', system['name'], after)
-            hook.submit(system['name'],
-                        'kill' if after == 'Off' else 'revive')
+            with HEALTH_LOCK:
+                POWER.setdefault(system['name'], []).append(
+                    [time.time(), after])
+            if hook:
+                hook.submit(system['name'],
+                            'kill' if after == 'Off' else 'revive')
 
     fakedriver.FakeDriver._update = _update
 
@@ -83,6 +89,9 @@ def patch_fake_driver(fakedriver, cfg):
 #: Hardware health injected by tests: system name -> what its BMC says.
 HEALTH = {}
 HEALTH_LOCK = threading.Lock()
+#: system name -> [[wall-clock time, 'On'/'Off'], ...]: its start, then
+#: every power change that landed.
+POWER = {}
 _CHASSIS = '/redfish/v1/Chassis/ih-%s'
 
 
@@ -125,6 +134,9 @@ def health_app(app):
     def wrapper(environ, start_response):
         path = environ.get('PATH_INFO', '')
         method = environ.get('REQUEST_METHOD')
+        if path == '/ih-test/power' and method == 'GET':
+            with HEALTH_LOCK:
+                return reply(start_response, POWER)
         if path.startswith('/ih-test/health/') and method == 'PUT':
             size = int(environ.get('CONTENT_LENGTH') or 0)
             spec = json.loads(environ['wsgi.input'].read(size) or b'{}')
@@ -183,6 +195,8 @@ def main():
     from sushy_tools.emulator.resources.systems import fakedriver
 
     patch_fake_driver(fakedriver, cfg)
+    for name, power in cfg.get('initial_power', {}).items():
+        POWER.setdefault(name, []).append([time.time(), power])
     app = emulator.app  # configured from SUSHY_EMULATOR_CONFIG
     server = common.make_wsgi_server(health_app(app),
                                      port=cfg.get('port', 0),

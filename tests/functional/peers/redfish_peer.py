@@ -128,6 +128,9 @@ class RedfishPeer(base.Peer):
             'nova_control': self.nova.control.url if self.nova else None,
             'ready_file': ready_file,
             'max_lifetime': self.max_lifetime,
+            # What the emulator starts from: its power history's first
+            # entries (a restart keeps the sushy state directory).
+            'initial_power': {h: self._power_now(h) for h in self.hosts},
         })
         if self.process is None:
             self.process = self.python_helper('redfish', 'redfish_emulator.py',
@@ -186,6 +189,27 @@ class RedfishPeer(base.Peer):
         return self._session().post(
             self.system_url(host) + '/Actions/ComputerSystem.Reset',
             json={'ResetType': reset_type}, timeout=10)
+
+    def _power_now(self, host):
+        """Initial power, or the last change seen before a restart."""
+        seen = getattr(self, '_history', {}).get(host)
+        return seen[-1][1] if seen else self.initial_power
+
+    def power_histories(self):
+        """{host: [(wall-clock time, 'on'/'off'), ...]} for every host.
+
+        Every real power change, the first entry the emulator's start;
+        the shape of IpmiBmcPeer.power_history.
+        """
+        resp = self._session().get(self.url + '/ih-test/power', timeout=10)
+        resp.raise_for_status()
+        self._history = resp.json()
+        return {h: [(at, power.lower()) for at, power in changes]
+                for h, changes in self._history.items()}
+
+    def power_history(self, host):
+        """[(wall-clock time, 'on'/'off'), ...] of one host."""
+        return self.power_histories().get(host, [])
 
     def wait_for_power(self, host, state, timeout=20):
         """Wait until host's PowerState is `state` (bounded)."""
