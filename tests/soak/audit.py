@@ -77,6 +77,9 @@ class Truth:
     host_faults: dict = dataclasses.field(default_factory=dict)
     #: ``[evacuation] retries`` of the service copies.
     retries: int = 5
+    #: Gathered once the faults stopped and the cloud had its time to
+    #: settle: the end-state rules apply too.
+    final: bool = False
 
 
 def service_dict(svc) -> dict:
@@ -318,8 +321,9 @@ ALWAYS = (no_rebuild_while_source_runs, no_evacuation_unproven,
 
 
 def check(t: Truth, final: bool = False) -> list[str]:
+    """Every rule's breaches; the end state's too if ``final``."""
     out = []
-    for rule in ALWAYS + ((settled,) if final else ()):
+    for rule in ALWAYS + ((settled,) if final or t.final else ()):
         out.extend(rule(t))
     return out
 

@@ -116,6 +116,8 @@ class Soak(fixtures.Fixture):
         self.partitions: list[list] = []
         self.pauses: list[list] = []
         self.leader_changes = 0
+        #: The end state was audited (a later truth() says so).
+        self._settled = False
         #: (name, pid) of the leading copy last seen.
         self._leader: tuple | None = None
 
@@ -580,7 +582,7 @@ class Soak(fixtures.Fixture):
             partitions=[list(p) for p in self.partitions],
             holds=_copy(self.holds),
             host_faults=self._host_faults(),
-            retries=OPTIONS['evacuation.retries'])
+            retries=OPTIONS['evacuation.retries'], final=self._settled)
 
     def _host_faults(self) -> dict:
         """host -> times the soak made something happen to it."""
@@ -594,7 +596,9 @@ class Soak(fixtures.Fixture):
         return {h: sorted(t) for h, t in out.items()}
 
     def _audit(self, final: bool = False) -> None:
-        found = audit.check(self.truth(), final=final)
+        truth = self.truth()
+        truth.final = final
+        found = audit.check(truth, final=final)
         if found:
             self.breaches.extend(found)
             raise Breach(self.report_breach(found))
@@ -661,6 +665,7 @@ class Soak(fixtures.Fixture):
                 break
             time.sleep(2.0)
         self._audit(final=True)
+        self._settled = True
         late = [f for f in self.faults if f.recovered_at is None]
         if late:
             self.breaches.extend(
