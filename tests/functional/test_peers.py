@@ -248,6 +248,13 @@ class TestRedfishPeer(testtools.TestCase):
         base.wait_until(
             lambda: nova.control.computes()['host1']['running'], 30,
             what='power on to revive nova-compute on host1')
+        # The physical truth: the start, then every change that landed.
+        history = rf.power_histories()
+        self.assertEqual(['on', 'off', 'on'],
+                         [p for _, p in history['host1']])
+        self.assertEqual(['on'], [p for _, p in rf.power_history('host2')])
+        times = [t for t, _ in history['host1']]
+        self.assertEqual(sorted(times), times)
 
     @testtools.skipUnless(shutil.which('fence_redfish'),
                           'fence-agents (Debian) not installed')
