@@ -93,6 +93,9 @@ def main(argv=None) -> int:
                         copies=args.copies, seed=args.seed,
                         backend=args.backend,
                         redfish_hosts=args.redfish_hosts,
+                        # The peers end themselves after this: the run,
+                        # its settling and an hour to spare.
+                        max_lifetime=args.minutes * 60 + 3600,
                         log=lambda line: print(line, flush=True))
     with soak:
         try:

@@ -60,16 +60,21 @@ def wait_for(predicate, timeout, what):
 class Cloud(fixtures.Fixture):
     """NovaPeer + IpmiBmcPeer + instanceha config files."""
 
-    def __init__(self, hosts=3, options=None, fencing=None):
+    def __init__(self, hosts=3, options=None, fencing=None,
+                 max_lifetime=3600):
         super().__init__()
         self.hosts = hosts
         self.options = options or {}
         self.fencing = fencing
+        #: Seconds nova and the BMCs live at most (a long soak needs more).
+        self.max_lifetime = max_lifetime
 
     def _setUp(self):
-        self.nova = self.useFixture(peers.NovaPeer(hosts=self.hosts))
+        self.nova = self.useFixture(peers.NovaPeer(
+            hosts=self.hosts, max_lifetime=self.max_lifetime))
         self.bmc = self.useFixture(ipmi_peer.IpmiBmcPeer(
-            hosts=self.nova.hosts, nova=self.nova))
+            hosts=self.nova.hosts, nova=self.nova,
+            max_lifetime=self.max_lifetime))
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.client = self.nova.client()
         secret = os.path.join(self.dir, 'bmc-password')

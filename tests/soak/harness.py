@@ -94,8 +94,10 @@ class Soak(fixtures.Fixture):
 
     def __init__(self, hosts: int = 8, per_host: int = 2, copies: int = 2,
                  seed: int = 0, log=print, backend: str | None = None,
-                 redfish_hosts: int = 2):
+                 redfish_hosts: int = 2, max_lifetime: float = 3600):
         super().__init__()
+        #: Seconds the peers live at most (they end themselves then).
+        self.max_lifetime = int(max_lifetime)
         self.host_count = hosts
         self.per_host = per_host
         self.copy_count = copies
@@ -136,12 +138,14 @@ class Soak(fixtures.Fixture):
         options['heartbeat.key_file'] = key
         options['heartbeat.port'] = _udp_port()
         self.cloud = self.useFixture(test_recovery.Cloud(
-            hosts=self.host_count, options=options))
+            hosts=self.host_count, options=options,
+            max_lifetime=self.max_lifetime))
         self.nova = self.cloud.nova
         redfish_hosts = self.nova.hosts[len(self.nova.hosts) -
                                         self.redfish_count:]
         self.redfish = self.useFixture(peers.RedfishPeer(
-            hosts=redfish_hosts, nova=self.nova, power_delay=(0, 2)))
+            hosts=redfish_hosts, nova=self.nova, power_delay=(0, 2),
+            max_lifetime=self.max_lifetime))
         self.machines = machines.Machines(self.cloud, self.redfish,
                                           redfish_hosts, key, self.dir,
                                           self.log)
