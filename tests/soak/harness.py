@@ -19,7 +19,7 @@ kills the host's nova-compute), a real ``instanceha-heartbeat-agent`` on
 every host (:mod:`tests.soak.hosts`), a real etcd or redis for
 coordination, a fault-injecting proxy in front of Nova's API -- and two
 copies of the real ``instanceha-service``. :meth:`Soak.run` injects
-faults at random moments from a seeded generator (see :data:`FAULTS`),
+faults at random moments from a seeded generator (:mod:`tests.soak.faults`),
 audits physical truth after every fault (:mod:`tests.soak.audit`), and
 after the last one lifts every fault and waits for the cloud to settle
 within a stated bound. Any breach stops the run with the seed and the
@@ -27,7 +27,6 @@ timeline that replays it.
 """
 
 import collections
-import dataclasses
 import datetime
 import os
 import random
@@ -45,6 +44,7 @@ from tests.functional.peers import base as peer_base
 from tests.functional import test_ha
 from tests.functional import test_recovery
 from tests.soak import audit
+from tests.soak import faults
 from tests.soak import hosts as machines
 
 #: The service's timings: compressed like the functional tests'.
@@ -66,31 +66,19 @@ OPTIONS = {
 BACKENDS = ('etcd', 'redis')
 #: Seconds the cloud gets to settle once the faults stop.
 SETTLE_BOUND = 240.0
-
-
-@dataclasses.dataclass
-class Fault:
-    """One injected fault and, once seen, its recovery."""
-
-    kind: str
-    target: str
-    at: float
-    recovered_at: float | None = None
-    done: object = None  # () -> bool, checked until it holds
-
-    def line(self, t0: float) -> str:
-        end = ('recovered after %.1fs' % (self.recovered_at - self.at)
-               if self.recovered_at else 'not recovered')
-        return '+%7.1fs %-14s %-24s %s' % (self.at - t0, self.kind,
-                                           self.target, end)
+#: Every fault kind the soak injects (see tests/soak/faults.py).
+FAULTS = faults.FAULTS
+Fault = faults.Fault
 
 
 class Breach(Exception):
     """An audit rule broke: the message says what, with seed and timeline."""
 
 
-class Soak(fixtures.Fixture):
+class Soak(faults.Faults, fixtures.Fixture):
     """The cloud, the service copies and the soak's own bookkeeping."""
+
+    options = OPTIONS
 
     def __init__(self, hosts: int = 8, per_host: int = 2, copies: int = 2,
                  seed: int = 0, log=print, backend: str | None = None,
@@ -206,13 +194,13 @@ class Soak(fixtures.Fixture):
         self.copies[name] = test_ha.Copy(self, self.cloud, name,
                                          [self._behind, port])
 
-    def _reader(self) -> nova_adapter.NovaCloud:
+    def _reader(self) -> 'Patient':
         """Nova read directly (not through the proxy): the auditor's eyes."""
         from oslo_config import cfg
         conf = cfg.ConfigOpts()
         ha_conf.parse_args(['--config-file', self.cloud.config_file], conf,
                            default_config_files=[])
-        return nova_adapter.NovaCloud(conf)
+        return Patient(nova_adapter.NovaCloud(conf))
 
     def leader(self) -> str | None:
         """The leading copy's name (a change of leader is counted)."""
@@ -231,338 +219,12 @@ class Soak(fixtures.Fixture):
             if copy.proc.poll() is None:
                 copy.proc.send_signal(signal.SIGHUP)
 
-    # --- faults --------------------------------------------------------------
-
-    def _hosts_down(self) -> set:
-        return {f.target for f in self.faults if f.recovered_at is None
-                and f.kind in HOST_FAULTS}
-
-    def _busy(self) -> set:
-        """Hosts an unfinished fault is about (none is chosen again)."""
-        return {f.target.split(':')[0] for f in self.faults
-                if f.recovered_at is None} | set(self.held) | {
-            h for p in self.partitions if p[1] is None for h in p[2]}
-
-    def _healthy_host(self, ipmi: bool = False) -> str | None:
-        free = [h for h in self.nova.hosts if h not in self._busy() and (
-            not ipmi or self.machines.bmc_kind(h) == 'ipmi')]
-        return self.rng.choice(free) if free else None
-
-    def _host_back(self, host: str, servers: list | None = None):
-        """Whether ``host``'s failure is over.
-
-        Seen failed, then enabled and up again, not forced down, and every
-        instance that was on it ACTIVE (there or elsewhere).
-        """
-        seen = {'failed': False}
-        if servers is None:
-            servers = [s.id for s in self.reader.list_servers(host)]
-
-        def done():
-            svc = self.reader.read_services().service(host)
-            healthy = (svc.status == 'enabled' and svc.state == 'up'
-                       and not svc.forced_down)
-            if not healthy:
-                seen['failed'] = True
-                # Nothing on it to recover: the service rightly leaves it
-                # down (the soak repairs it once the faults stop).
-                return not servers and svc.state == 'down'
-            return seen['failed'] and all(
-                self.reader.get_server(i).status == 'ACTIVE'
-                for i in servers)
-        return done
-
-    def _later(self, seconds: float, action, then):
-        """A done() that acts once after ``seconds``, then asks ``then``.
-
-        ``action()`` runs once when the time comes; from then on the
-        fault is over when ``then()`` holds.
-        """
-        state = {'at': time.time() + seconds, 'done': False}
-
-        def done():
-            if not state['done']:
-                if time.time() < state['at']:
-                    return False
-                action()
-                state['done'] = True
-            return then()
-        return done
-
-    def power_off(self, host: str) -> Fault:
-        back = self._host_back(host)
-        self.machines.power_off(host)
-        return Fault('power_off', host, time.time(), done=back)
-
-    def hang(self, host: str) -> Fault:
-        """nova-compute and agent dead, power on: only fencing helps."""
-        back = self._host_back(host)
-        self.machines.hung.add(host)
-        self.machines.kill_agent(host)
-        self.nova.control.kill(host)
-        return Fault('host_hang', host, time.time(), done=back)
-
-    def kill_compute(self, host: str) -> Fault:
-        """nova-compute dies; the host and its agent live on.
-
-        systemd starts nova-compute again 15-40 s later.
-        """
-        back = self._host_back(host)
-        self.nova.control.kill(host)
-        return Fault('compute_death', host, time.time(), done=self._later(
-            self.rng.uniform(15, 40),
-            lambda: self.machines.start_compute(host), back))
-
-    def clean_reboot(self, host: str) -> Fault:
-        """A reboot, announced by the agent (SIGTERM).
-
-        The host goes down and boots again 5-20 s later (power stays on).
-        """
-        back = self._host_back(host)
-        self.machines.rebooting.add(host)
-        agent = self.machines.stop_agent(host)
-        state = {'phase': 'announcing', 'at': time.time() + 10}
-
-        def done():
-            if state['phase'] == 'announcing':
-                if (agent is not None and agent.poll() is None
-                        and time.time() < state['at']):
-                    return False
-                self.nova.control.kill(host)
-                state.update(phase='down',
-                             at=time.time() + self.rng.uniform(5, 20))
-            if state['phase'] == 'down':
-                if time.time() < state['at']:
-                    return False
-                self.machines.start_compute(host)
-                self.machines.rebooting.discard(host)
-                state['phase'] = 'up'
-            return back()
-        return Fault('clean_reboot', host, time.time(), done=done)
-
-    def crash_guest(self, _host: str) -> Fault | None:
-        servers = [s for s in self.reader.list_servers()
-                   if s.status == 'ACTIVE' and s.host not in
-                   self._busy() and not self._crashed_lately(s.id)]
-        if not servers:
-            return None
-        srv = self.rng.choice(servers)
-        self.nova.control.crash(srv.id)
-
-        def done():
-            return self.reader.get_server(srv.id).status == 'ACTIVE'
-        return Fault('guest_crash', srv.id, time.time(), done=done)
-
-    def _crashed_lately(self, server_id: str) -> bool:
-        """Crashed within the stable time: a second crash is a loop."""
-        return any(f.kind == 'guest_crash' and f.target == server_id and
-                   time.time() - f.at < 2 * OPTIONS[
-                       'instance_failure.stable_time']
-                   for f in self.faults)
-
-    def kill_copy(self, leader: bool) -> Fault | None:
-        lead = self.leader()
-        names = [n for n, c in self.copies.items()
-                 if c.proc.poll() is None and (n == lead) == leader]
-        if not names:
-            return None
-        name = names[0]
-        self.copies[name].proc.send_signal(signal.SIGKILL)
-        self.copies[name].proc.wait(10)
-        self._start_copy(name)
-        return Fault('kill_leader' if leader else 'kill_follower', name,
-                     time.time(), done=lambda: self.leader() is not None)
-
-    def restart_backend(self, _host: str) -> Fault:
-        self.backend.stop()
-        time.sleep(self.rng.uniform(1, 5))
-        self.backend.start()
-        return Fault('backend_restart', self.backend_name, time.time(),
-                     done=lambda: self.leader() is not None)
-
-    def nova_fault(self, _host: str) -> Fault:
-        kind = self.rng.choice(('status', 'status', 'slow', 'timeout',
-                                'reset'))
-        status = self.rng.choice((500, 503, 409))
-        seconds = self.rng.uniform(5, 20)
-        self.proxy.inject(kind, status=status, duration=seconds,
-                          seconds=(self.rng.uniform(1, 4) if kind == 'slow'
-                                   else 12.0))
-        end = time.time() + seconds
-        return Fault('nova_api_%s' % kind, '%.0fs' % seconds, time.time(),
-                     done=lambda: time.time() >= end)
-
-    def _window(self, host: str, seconds: float, begin, end, why=None,
-                fail: bool = False):
-        """A BMC fault on a healthy ``host`` for ``seconds``.
-
-        ``why``: the BMC proves nothing meanwhile (the audit then allows
-        no evacuation of the host). ``fail``: the host also fails during
-        the window (powered off a few seconds into it), so the service
-        meets the fault while recovering.
-        """
-        back = self._host_back(host) if fail else (lambda: True)
-        begin()
-        start = time.time()
-        if why:
-            self.unprovable[host].append([start, None, why])
-        state = {'open': True, 'failed': not fail,
-                 'fail_at': start + self.rng.uniform(1, 4)}
-
-        def done():
-            if not state['failed'] and time.time() >= state['fail_at']:
-                self.machines.power_off(host)
-                state['failed'] = True
-            if state['open'] and time.time() >= start + seconds:
-                end()
-                if why:
-                    self.unprovable[host][-1][1] = time.time()
-                state['open'] = False
-            return state['failed'] and not state['open'] and back()
-        return done
-
-    def bmc_fault(self, _host: str) -> Fault | None:
-        host = self._healthy_host(ipmi=True)
-        if host is None:
-            return None
-        mode = self.rng.choice(('silent', 'error', 'stuck', 'lying'))
-        seconds = self.rng.uniform(10, 30)
-        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
-        done = self._window(
-            host, seconds, lambda: self.cloud.bmc.set_mode(host, mode),
-            lambda: self.cloud.bmc.set_mode(host, 'ok'),
-            why=mode if mode in ('silent', 'lying') else None, fail=fail)
-        return Fault('bmc_' + mode + ('+off' if fail else ''),
-                     '%s:%.0fs' % (host, seconds), time.time(), done=done)
-
-    def wrong_password(self, host: str) -> Fault:
-        """An operator's reload brings a wrong BMC password for a while."""
-        seconds = self.rng.uniform(15, 40)
-        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
-        right = self._read_password(host)
-
-        def begin():
-            self._set_password(host, 'wrong-%s' % right[::-1])
-            self._reload_copies()
-
-        def end():
-            self._set_password(host, right)
-            self._reload_copies()
-        done = self._window(host, seconds, begin, end, why='wrong password',
-                            fail=fail)
-        return Fault('bmc_password' + ('+off' if fail else ''),
-                     '%s:%.0fs' % (host, seconds), time.time(), done=done)
-
-    def _read_password(self, host: str) -> str:
-        with open(self._password_file(host)) as f:
-            return f.read()
-
-    def _room_for_a_failure(self) -> bool:
-        return len(self._hosts_down()) < max(1, self.host_count // 4)
-
-    def partition(self, _host: str) -> Fault | None:
-        """More than the threshold of the hosts cut off at once.
-
-        Their nova-compute stops and their agents freeze (the control
-        plane cannot reach them) for 20-40 s: a mass failure, on which
-        nothing may be fenced or evacuated.
-        """
-        free = [h for h in self.nova.hosts if h not in self._busy()]
-        count = self.host_count * OPTIONS['threshold'] // 100 + 1
-        if len(free) < count:
-            return None
-        cut = sorted(self.rng.sample(free, count))
-        window = [time.time(), None, cut]
-        self.partitions.append(window)
-        for host in cut:
-            self.machines.freeze_agent(host)
-            self.nova.control.kill(host)
-
-        def heal():
-            # From the first host back, it is no longer a mass failure:
-            # those still out are failed hosts like any other.
-            window[1] = time.time()
-            for host in cut:
-                self.machines.thaw_agent(host)
-            for host in cut:
-                self.machines.start_compute(host)
-
-        def healed():
-            services = self.reader.read_services()
-            return all(services.service(h).state == 'up' and
-                       services.service(h).status == 'enabled' for h in cut)
-        return Fault('partition', ','.join(cut), window[0],
-                     done=self._later(self.rng.uniform(20, 40), heal,
-                                      healed))
-
-    def operator_pause(self, _host: str) -> Fault:
-        seconds = self.rng.uniform(5, 20)
-        test_recovery.manage(self.cloud, 'pause', '--for', '%ds' % seconds,
-                             '--reason', 'soak')
-        self.pauses.append([time.time(), time.time() + seconds])
-        end = time.time() + seconds
-        return Fault('operator_pause', '%.0fs' % seconds, time.time(),
-                     done=lambda: time.time() >= end)
-
-    def _hold(self, host: str, reason: str) -> None:
-        self.held[host] = reason
-        self.holds[host].append([time.time(), None, reason])
-
-    def _release(self, host: str) -> None:
-        self.held.pop(host, None)
-        self.holds[host][-1][1] = time.time()
-
-    def operator_disable(self, host: str) -> Fault:
-        """An operator disables a host, which may then fail while held.
-
-        Half the time it is powered off: nothing may be done to it until
-        the operator enables it again.
-        """
-        reason = 'soak operator %d' % self.rng.randrange(10 ** 6)
-        svc = self.reader.read_services().service(host)
-        self.reader.update_service(svc, status='disabled',
-                                   disabled_reason=reason)
-        self._hold(host, reason)
-        fail = self.rng.random() < 0.5 and self._room_for_a_failure()
-        seconds = self.rng.uniform(10, 30)
-        back = self._host_back(host) if fail else (lambda: True)
-        if fail:
-            self.machines.power_off(host)
-
-        def enable():
-            self._release(host)
-            self.reader.update_service(
-                self.reader.read_services().service(host), status='enabled')
-        return Fault('operator_disable' + ('+off' if fail else ''), host,
-                     time.time(), done=self._later(seconds, enable, back))
-
-    def maintenance(self, host: str) -> Fault | None:
-        """An operator's maintenance while other recoveries run.
-
-        Instances are live-migrated away; it ends 20-40 s later.
-        """
-        try:
-            test_recovery.manage(self.cloud, 'maintenance', 'start', host,
-                                 '--reason', 'soak')
-        except AssertionError as exc:  # refused: the host is not healthy
-            self.log('maintenance start %s refused: %s' % (host, exc))
-            return None
-        self._hold(host, self.reader.read_services().service(
-            host).disabled_reason)
-
-        def end():
-            test_recovery.manage(self.cloud, 'maintenance', 'end', host)
-            self._release(host)
-        return Fault('maintenance', host, time.time(), done=self._later(
-            self.rng.uniform(20, 40), end, lambda: self.reader.read_services(
-            ).service(host).status == 'enabled'))
-
     # --- the run -----------------------------------------------------------
 
     def truth(self) -> audit.Truth:
         services = self.reader.read_services().services
         evacuations = []
-        for mig in self.nova.client().migrations.list():
+        for mig in Patient(self.nova.client().migrations).list():
             if getattr(mig, 'migration_type', None) != 'evacuation':
                 continue
             evacuations.append({
@@ -641,9 +303,9 @@ class Soak(fixtures.Fixture):
 
     def _inject(self, kind: str) -> None:
         host = self._healthy_host()
-        if kind in HOST_FAULTS and not self._room_for_a_failure():
+        if kind in faults.HOST_FAULTS and not self._room_for_a_failure():
             return  # stay well below a mass failure
-        if host is None and kind in NEEDS_HOST:
+        if host is None and kind in faults.NEEDS_HOST:
             return
         fault = FAULTS[kind](self, host)
         if fault is not None:
@@ -715,11 +377,11 @@ class Soak(fixtures.Fixture):
         for f in self.faults:
             by_kind[f.kind].append(f)
         rows = {}
-        for kind, faults in sorted(by_kind.items()):
-            times = sorted(f.recovered_at - f.at for f in faults
+        for kind, injected in sorted(by_kind.items()):
+            times = sorted(f.recovered_at - f.at for f in injected
                            if f.recovered_at)
             rows[kind] = {
-                'injected': len(faults), 'recovered': len(times),
+                'injected': len(injected), 'recovered': len(times),
                 'min': times[0] if times else None,
                 'median': statistics.median(times) if times else None,
                 'p95': (times[min(len(times) - 1, int(0.95 * len(times)))]
@@ -738,6 +400,36 @@ class Soak(fixtures.Fixture):
                      'breaches': len(self.breaches)}, **counts)
 
 
+class Patient:
+    """An object whose calls are tried again while Nova is slow to answer.
+
+    The soak reads Nova directly, as an auditor; on a loaded machine the
+    in-process Nova sometimes takes longer than a client's time-out. A
+    read that fails is not a finding: it is tried again, up to a minute.
+    """
+
+    ATTEMPTS = 6
+    PAUSE = 5.0
+
+    def __init__(self, target):
+        self._target = target
+
+    def __getattr__(self, name):
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            for attempt in range(self.ATTEMPTS):
+                try:
+                    return attr(*args, **kwargs)
+                except Exception:  # noqa: BLE001 - a slow Nova
+                    if attempt == self.ATTEMPTS - 1:
+                        raise
+                    time.sleep(self.PAUSE)
+        return call
+
+
 def _epoch(text: str) -> float:
     when = datetime.datetime.fromisoformat(text)
     if when.tzinfo is None:
@@ -751,32 +443,6 @@ def _udp_port() -> int:
 
 def _copy(spans: dict) -> dict:
     return {k: [list(s) for s in v] for k, v in spans.items()}
-
-
-#: Faults that take a host out (at most a quarter of the hosts at once).
-HOST_FAULTS = frozenset({'power_off', 'host_hang', 'compute_death',
-                         'clean_reboot'})
-#: Faults aimed at one healthy host.
-NEEDS_HOST = HOST_FAULTS | {'operator_disable', 'maintenance',
-                            'wrong_password'}
-#: Every fault kind the soak injects: name -> Soak method(host).
-FAULTS = {
-    'power_off': Soak.power_off,
-    'host_hang': Soak.hang,
-    'compute_death': Soak.kill_compute,
-    'clean_reboot': Soak.clean_reboot,
-    'guest_crash': Soak.crash_guest,
-    'kill_leader': lambda s, _h: s.kill_copy(leader=True),
-    'kill_follower': lambda s, _h: s.kill_copy(leader=False),
-    'backend_restart': Soak.restart_backend,
-    'nova_api': Soak.nova_fault,
-    'bmc_fault': Soak.bmc_fault,
-    'wrong_password': Soak.wrong_password,
-    'partition': Soak.partition,
-    'operator_pause': Soak.operator_pause,
-    'operator_disable': Soak.operator_disable,
-    'maintenance': Soak.maintenance,
-}
 
 
 def table(figures: dict) -> str:
