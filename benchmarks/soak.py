@@ -66,6 +66,8 @@ def main(argv=None) -> int:
     parser.add_argument('--copies', type=int, default=2)
     parser.add_argument('--redfish-hosts', type=int, default=2,
                         help='hosts behind the Redfish emulator (default 2)')
+    parser.add_argument('--no-keystone', action='store_true',
+                        help='no keystone: nova without authentication')
     parser.add_argument('--backend', choices=harness.BACKENDS,
                         help='coordination backend (default: by the seed, '
                         'even etcd, odd redis)')
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
     soak = harness.Soak(hosts=args.hosts, per_host=args.per_host,
                         copies=args.copies, seed=args.seed,
                         backend=args.backend,
+                        keystone=not args.no_keystone,
                         redfish_hosts=args.redfish_hosts,
                         # The peers end themselves after this: the run,
                         # its settling and an hour to spare.

@@ -61,17 +61,21 @@ class Cloud(fixtures.Fixture):
     """NovaPeer + IpmiBmcPeer + instanceha config files."""
 
     def __init__(self, hosts=3, options=None, fencing=None,
-                 max_lifetime=3600):
+                 max_lifetime=3600, keystone=None):
         super().__init__()
         self.hosts = hosts
         self.options = options or {}
         self.fencing = fencing
         #: Seconds nova and the BMCs live at most (a long soak needs more).
         self.max_lifetime = max_lifetime
+        #: A started KeystonePeer: nova validates tokens and instanceha
+        #: authenticates with a password (None: no authentication).
+        self.keystone = keystone
 
     def _setUp(self):
         self.nova = self.useFixture(peers.NovaPeer(
-            hosts=self.hosts, max_lifetime=self.max_lifetime))
+            hosts=self.hosts, max_lifetime=self.max_lifetime,
+            keystone=self.keystone))
         self.bmc = self.useFixture(ipmi_peer.IpmiBmcPeer(
             hosts=self.nova.hosts, nova=self.nova,
             max_lifetime=self.max_lifetime))
@@ -101,7 +105,7 @@ class Cloud(fixtures.Fixture):
             'DEFAULT': {'poll': 2, 'delta': 8, 'tick_interval': 0.2,
                         'fence_retry_interval': 2,
                         'fence_retry_max_interval': 4, 'debug': False},
-            'nova': {'auth_type': 'none', 'endpoint': self.nova.endpoint},
+            'nova': self._nova_access(),
             'fencing': {'config_file': self.fencing_file,
                         'device_timeout': 20},
             'coordination': {'backend_url': 'file://%s/coord' % self.dir,
@@ -122,6 +126,17 @@ class Cloud(fixtures.Fixture):
                     if isinstance(value, (list, tuple)):
                         value = ','.join(value)
                     f.write('%s = %s\n' % (name, value))
+
+    def _nova_access(self):
+        if self.keystone is None:
+            return {'auth_type': 'none', 'endpoint': self.nova.endpoint}
+        ks = self.keystone
+        return {'auth_type': 'password', 'auth_url': ks.auth_url,
+                'username': ks.admin_user, 'password': ks.admin_password,
+                'project_name': ks.admin_project,
+                'user_domain_name': ks.user_domain,
+                'project_domain_name': ks.project_domain,
+                'region_name': ks.region, 'valid_interfaces': 'public'}
 
     # -- helpers ----------------------------------------------------------
 

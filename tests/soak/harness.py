@@ -82,8 +82,11 @@ class Soak(faults.Faults, fixtures.Fixture):
 
     def __init__(self, hosts: int = 8, per_host: int = 2, copies: int = 2,
                  seed: int = 0, log=print, backend: str | None = None,
-                 redfish_hosts: int = 2, max_lifetime: float = 3600):
+                 redfish_hosts: int = 2, max_lifetime: float = 3600,
+                 keystone: bool = True):
         super().__init__()
+        #: Nova validates keystone tokens; the copies log in to keystone.
+        self.with_keystone = keystone
         #: Seconds the peers live at most (they end themselves then).
         self.max_lifetime = int(max_lifetime)
         self.host_count = hosts
@@ -125,9 +128,11 @@ class Soak(faults.Faults, fixtures.Fixture):
         options['coordination.backend_url'] = self.backend.url
         options['heartbeat.key_file'] = key
         options['heartbeat.port'] = _udp_port()
+        keystone = (self.useFixture(peers.KeystonePeer(
+            max_lifetime=self.max_lifetime)) if self.with_keystone else None)
         self.cloud = self.useFixture(test_recovery.Cloud(
             hosts=self.host_count, options=options,
-            max_lifetime=self.max_lifetime))
+            max_lifetime=self.max_lifetime, keystone=keystone))
         self.nova = self.cloud.nova
         redfish_hosts = self.nova.hosts[len(self.nova.hosts) -
                                         self.redfish_count:]
@@ -142,7 +147,11 @@ class Soak(faults.Faults, fixtures.Fixture):
         self.proxy = self.useFixture(peers.FaultProxy(self.nova.endpoint))
         behind = os.path.join(self.cloud.dir, 'behind-proxy.conf')
         with open(behind, 'w') as f:
-            f.write('[nova]\nendpoint = %s\n' % self.proxy.endpoint)
+            # Through the proxy: the catalog's endpoint overridden (with
+            # keystone), the fixed endpoint replaced (without).
+            f.write('[nova]\n%s = %s\n' % (
+                'endpoint_override' if self.with_keystone else 'endpoint',
+                self.proxy.endpoint))
         self._behind = behind
         for host in self.nova.hosts:
             self.cloud.boot(host, self.per_host, name='soak')
@@ -392,6 +401,7 @@ class Soak(faults.Faults, fixtures.Fixture):
         except Exception:  # noqa: BLE001 - Nova gone: figures still print
             counts = {}
         return dict({'seed': self.seed, 'backend': self.backend_name,
+                     'keystone': self.with_keystone,
                      'hosts': {'ipmi': self.host_count - self.redfish_count,
                                'redfish': self.redfish_count},
                      'faults': rows,
