@@ -41,6 +41,7 @@ from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import retry
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha.engine.states import HostState
 from instanceha.engine import workflow
 from instanceha import exceptions
@@ -83,7 +84,7 @@ class Aftercare:
     """The rebuilds of hosts that moved on, watched until they end."""
 
     def __init__(self, conf, env: ports.Environment,
-                 workflows: runtime.Runtime, drivers):
+                 workflows: runtime_loop.Runtime, drivers):
         self.conf = conf
         self.env = env
         self.workflows = workflows

@@ -48,6 +48,7 @@ from instanceha.engine import events
 from instanceha.engine import ownership
 from instanceha.engine import ports
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha.engine import shutdown
 from instanceha.engine import shutdown_acts as acts
 from instanceha.engine import shutdown_flow as flow
@@ -64,7 +65,7 @@ class CleanShutdowns:
     """The ``shutdown`` kind: its table and its steps (see the module)."""
 
     def __init__(self, conf, env: ports.Environment,
-                 workflows: runtime.Runtime, effects: Effects):
+                 workflows: runtime_loop.Runtime, effects: Effects):
         self.conf = conf
         self.workflows = workflows
         self.ctx = flow.Context(conf=conf, env=env, effects=effects)

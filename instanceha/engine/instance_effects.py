@@ -44,6 +44,7 @@ from instanceha.engine import ownership
 from instanceha.engine import ports
 from instanceha.engine import reasons
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def check_where(cloud: ports.CloudPort, srv: model.Server) -> None:
 class Effects:
     """Declares the kind and runs its effects; see the module doc."""
 
-    def __init__(self, env: ports.Environment, workflows: runtime.Runtime,
+    def __init__(self, env: ports.Environment, workflows: runtime_loop.Runtime,
                  on_reset: typing.Callable[[str], None]):
         self.env = env
         self.workflows = workflows

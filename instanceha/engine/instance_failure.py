@@ -50,6 +50,7 @@ from instanceha.engine import ownership
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class InstanceFailures:
     """Crashed instances, polled on a timer; see the module docstring."""
 
     def __init__(self, conf, drivers, env: ports.Environment,
-                 workflows: runtime.Runtime | None = None):
+                 workflows: runtime_loop.Runtime | None = None):
         self.conf = conf
         self.drivers = drivers
         self.env = env

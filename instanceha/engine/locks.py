@@ -65,6 +65,7 @@ from instanceha.engine import ownership
 from instanceha.engine import ports
 from instanceha.engine import reasons
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class LockSweep:
     """Finds instances locked by an earlier copy and unlocks them."""
 
     def __init__(self, conf, env: ports.Environment,
-                 workflows: runtime.Runtime):
+                 workflows: runtime_loop.Runtime):
         self.conf = conf
         self.env = env
         self.workflows = workflows

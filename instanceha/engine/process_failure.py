@@ -68,6 +68,7 @@ from instanceha.engine import plan as plan_mod
 from instanceha.engine import ports
 from instanceha.engine import reasons
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha.engine.states import HostState
 from instanceha import exceptions
 
@@ -142,7 +143,7 @@ class ProcessFailures:
     """Disables and re-enables the services of isolated hosts."""
 
     def __init__(self, conf, env: ports.Environment,
-                 workflows: runtime.Runtime):
+                 workflows: runtime_loop.Runtime):
         self.conf = conf
         self.env = env
         self.workflows = workflows

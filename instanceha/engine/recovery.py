@@ -68,7 +68,7 @@ from instanceha.engine import ports
 from instanceha.engine import process_failure
 from instanceha.engine import reads
 from instanceha.engine import rebuild_pace
-from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha.engine.states import HostState
 from instanceha.engine import steps
 from instanceha.engine import unforce
@@ -127,7 +127,7 @@ class Engine(poll.Poll, steps.Steps):
         #: The gates' reasons of the current whole-plan block (or none).
         self._blocked_by: tuple[str, ...] = ()
         #: The one workflow runtime (the kinds moved onto it so far).
-        self.workflows = runtime.Runtime(self.env, leading=self._leading)
+        self.workflows = runtime_loop.Runtime(self.env, leading=self._leading)
         #: A dead nova-compute on a living host (asked by each cycle).
         self._process = process_failure.ProcessFailures(conf, self.env,
                                                         self.workflows)

@@ -58,6 +58,7 @@ from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import reasons
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class Engine(typing.Protocol):
     """What the unforcer reads of the engine that owns it."""
 
     env: ports.Environment
-    workflows: runtime.Runtime
+    workflows: runtime_loop.Runtime
     snapshot: model.Snapshot | None
 
 

@@ -29,6 +29,7 @@ from instanceha.engine import instance_effects as fx
 from instanceha.engine import model
 from instanceha.engine import ownership
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 from tests.unit import test_runtime as rt
 
@@ -196,7 +197,7 @@ class TestRuntimeConsults(testtools.TestCase):
         super().setUp()
         self.pool = _ManualPool()
         self.env = rt._env(self.pool)
-        self.rt = runtime.Runtime(self.env, leading=lambda: True)
+        self.rt = runtime_loop.Runtime(self.env, leading=lambda: True)
 
     def test_two_kinds_never_act_on_one_instance_at_once(self):
         a = _Actor(self.rt, 'a', O.INSTANCE_FAILURE)

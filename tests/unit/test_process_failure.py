@@ -32,7 +32,7 @@ from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
 from instanceha.engine import plan as plan_mod
 from instanceha.engine import process_failure as pf
-from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha.engine.states import HostState
 
 NOW = datetime.datetime(2026, 1, 1, 0, 2, tzinfo=datetime.timezone.utc)
@@ -77,7 +77,7 @@ class TestOwnWrite(testtools.TestCase):
             clock=types.SimpleNamespace(monotonic=lambda: 0.0))
         conf = types.SimpleNamespace(process_failure=types.SimpleNamespace(
             enabled=True, threshold=30, max_per_cycle=5))
-        workflows = runtime.Runtime(env, leading=lambda: True)
+        workflows = runtime_loop.Runtime(env, leading=lambda: True)
         pf.ProcessFailures(conf, env, workflows).cycle(snap, plan, NOW)
         self.left = workflows.records(pf.KIND)
         self.events = sink.events

@@ -34,6 +34,7 @@ from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import executor
 from instanceha.engine import runtime
+from instanceha.engine import runtime_loop
 from instanceha import exceptions
 
 
@@ -141,7 +142,7 @@ class TestRuntime(testtools.TestCase):
     def make(self, toy=None, leading=True, pool=None):
         env = _env(pool)
         self.lead = [leading]
-        rt = runtime.Runtime(env, leading=lambda: self.lead[0])
+        rt = runtime_loop.Runtime(env, leading=lambda: self.lead[0])
         toy = toy or _Kind()
         rt.register(toy.kind())
         return env, rt, toy
@@ -165,7 +166,7 @@ class TestRuntime(testtools.TestCase):
 
     def test_a_settling_kind_applies_a_result_at_the_next_run(self):
         env = _env()
-        rt = runtime.Runtime(env, leading=lambda: True)
+        rt = runtime_loop.Runtime(env, leading=lambda: True)
         toy = _Kind()
         rt.register(toy.kind(settle=True))
         rt.start('toy', 'h1', S.FIRST)
@@ -293,7 +294,7 @@ class TestRuntime(testtools.TestCase):
 
     def test_a_looping_table_cannot_hang_the_tick(self):
         env = _env()
-        rt = runtime.Runtime(env, leading=lambda: True)
+        rt = runtime_loop.Runtime(env, leading=lambda: True)
         spins = []
 
         def spin(view):
@@ -305,7 +306,7 @@ class TestRuntime(testtools.TestCase):
             steps={S.FIRST: spin}))
         rt.start('loop', 'h1', S.FIRST)
         rt.run()
-        self.assertEqual(runtime.MAX_ROUNDS, len(spins))
+        self.assertEqual(runtime_loop.MAX_ROUNDS, len(spins))
 
     def test_forget_keeps_running_jobs(self):
         pool = executor.ThreadPoolExecutor(1)
@@ -327,7 +328,7 @@ class TestWhatKindsAsk(testtools.TestCase):
 
     def make(self, pool=None, **kw):
         env = _env(pool)
-        rt = runtime.Runtime(env, leading=lambda: True)
+        rt = runtime_loop.Runtime(env, leading=lambda: True)
         toy = _Kind()
         rt.register(toy.kind(**kw))
         return env, rt, toy
@@ -389,7 +390,7 @@ class TestWhatKindsAsk(testtools.TestCase):
         self.assertEqual(2, len(env.coordinator.locked))
         pace[0] = 0.0  # read at every step
         rt.run()
-        self.assertEqual(3 + runtime.MAX_ROUNDS - 1,
+        self.assertEqual(3 + runtime_loop.MAX_ROUNDS - 1,
                          len(env.coordinator.locked))
 
     def test_named_only_and_harvest_alone(self):
@@ -409,7 +410,7 @@ class TestWhatKindsAsk(testtools.TestCase):
         manual = _Manual()
         lead = [True]
         env = _env(manual)
-        rt = runtime.Runtime(env, leading=lambda: lead[0])
+        rt = runtime_loop.Runtime(env, leading=lambda: lead[0])
         toy = _Kind()
         rt.register(toy.kind(survives_leadership=True))
         rt.start('toy', 'h1', S.FIRST)
@@ -448,3 +449,151 @@ class TestWhatKindsAsk(testtools.TestCase):
         rt.run()
         self.assertEqual([3], seen)
         self.assertEqual(3, rt.get('toy', 'h2').errors)
+
+
+class TestWhatHostRecoveryAsks(testtools.TestCase):
+    """One step a run, data that stays, a job's writes, moves from outside.
+
+    What a kind whose workflows pass several states in one step (a host
+    fenced, then marked, then evacuating) asks of the runtime.
+    """
+
+    def make(self, pool=None, **kw):
+        env = _env(pool)
+        rt = runtime_loop.Runtime(env, leading=lambda: True)
+        toy = _Kind()
+        rt.register(toy.kind(**kw))
+        # Steps changed by a test are declared again (the kind holds
+        # the steps it was given).
+        self.declare = lambda: rt.register(toy.kind(**kw))
+        return env, rt, toy
+
+    def test_a_chain_kind_takes_the_next_states_step_at_once(self):
+        manual = _Manual()
+        env, rt, toy = self.make(pool=manual, chain=True)
+        toy.second = lambda view: runtime.Go(S.WAITING, local={'n': 1})
+        waited = []
+
+        def waiting(view):
+            waited.append(dict(view.record.local))
+            return runtime.Wait()
+        toy.waiting = waiting
+        self.declare()
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        manual.finish()
+        rt.run()
+        # The job's result went to second, whose step went on to waiting
+        # at once (with its own data), whose step was taken then: one
+        # step of each state on the way. The run's own stepping takes
+        # waiting's step once more, no further rounds.
+        self.assertIs(S.WAITING, rt.get('toy', 'h1').state)
+        self.assertEqual([{'n': 1}, {'n': 1}], waited)
+        rt.run()
+        self.assertEqual(3, len(waited))
+
+    def test_a_chain_kind_is_stepped_once_a_run(self):
+        env, rt, toy = self.make(chain=True)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        # Inline: the first job ended at once, but its result waits for
+        # the next run (a plain kind applies it in this run's rounds).
+        self.assertEqual([], toy.calls)
+        rt.run()
+        self.assertEqual([('first', 'ok')], toy.calls)
+        self.assertIs(S.SECOND, rt.get('toy', 'h1').state)
+
+    def test_stay_changes_local_data_without_a_transition(self):
+        env, rt, toy = self.make()
+        toy.first = lambda view: runtime.Stay(
+            local={'tries': view.record.local.get('tries', 0) + 1},
+            after=5.0, emit=runtime.emit('tried'))
+        self.declare()
+        rt.start('toy', 'h1', S.FIRST, local={'kept': True})
+        rt.run()
+        rt.run()  # not due yet
+        rec = rt.get('toy', 'h1')
+        self.assertEqual((S.FIRST, {'tries': 1, 'kept': True}, 105.0),
+                         (rec.state, dict(rec.local), rec.retry_at))
+        env.clock.t += 5
+        rt.run()
+        self.assertEqual(2, rt.get('toy', 'h1').local['tries'])
+        self.assertEqual(2, len(env.events.events))
+
+    def test_a_transition_hands_on_only_what_it_names(self):
+        env, rt, toy = self.make()
+        toy.after_first = lambda view, result: runtime.Go(
+            S.SECOND, local={'new': 1}, keep=('attempts', 'absent'))
+        toy.second = lambda view: runtime.Wait()
+        self.declare()
+        rt.start('toy', 'h1', S.FIRST,
+                 local={'attempts': 3, 'deadline': 7.0})
+        rt.run()
+        self.assertEqual({'attempts': 3, 'new': 1},
+                         dict(rt.get('toy', 'h1').local))
+
+    def test_what_a_job_wrote_is_applied_whether_it_returned_or_raised(
+            self):
+        for run in (lambda: 'ok', lambda: 1 / 0):
+            env, rt, toy = self.make(
+                chain=True, on_error=lambda v, e: runtime.Wait())
+            draft = []  # the job's own copy (its markers, say)
+            toy.first = lambda view: runtime.Job(
+                run=lambda: draft.append('marker') or run(),
+                then=lambda v, r: runtime.Wait(),
+                wrote=lambda durable: durable + tuple(draft))
+            self.declare()
+            rt.start('toy', 'h1', S.FIRST, durable=('fenced',))
+            rt.run()
+            self.assertEqual(('fenced',), rt.get('toy', 'h1').durable)
+            rt.run()
+            self.assertEqual(('fenced', 'marker'),
+                             rt.get('toy', 'h1').durable)
+
+    def test_apply_moves_a_workflow_from_outside_its_steps(self):
+        manual = _Manual()
+        env, rt, toy = self.make(pool=manual, chain=True)
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        # Never while its job runs: its result comes first.
+        self.assertRaises(exceptions.InstanceHAError, rt.apply, 'toy', 'h1',
+                          runtime.Go(S.SECOND))
+        manual.finish()
+        rt.run()
+        self.assertIs(S.SECOND, rt.get('toy', 'h1').state)
+        manual.finish()
+        rt.run()
+        self.assertIs(S.WAITING, rt.get('toy', 'h1').state)
+        self.assertRaises(exceptions.InstanceHAError, rt.apply, 'toy', 'h1',
+                          runtime.Go(S.FIRST))  # not in the table
+        self.assertTrue(rt.apply('toy', 'h1', runtime.Go(S.DONE)))
+        self.assertIsNone(rt.get('toy', 'h1'))
+        self.assertFalse(rt.apply('toy', 'h1', runtime.Go(S.DONE)))
+
+    def test_a_job_cannot_drive_the_runtime(self):
+        env, rt, toy = self.make()
+        rt.start('toy', 'h2', S.WAITING)
+        attempts = [lambda: rt.start('toy', 'h3', S.FIRST),
+                    lambda: rt.apply('toy', 'h2', runtime.Go(S.DONE)),
+                    rt.run, rt.harvest, rt.forget, rt.drop_results]
+        for attempt in attempts:
+            toy.job = attempt
+            rt.start('toy', 'h1', S.FIRST, replace=True)
+            rt.run()
+            rec = rt.get('toy', 'h1')
+            self.assertEqual((S.FIRST, 1), (rec.state, rec.errors))
+            self.assertIsNotNone(rt.get('toy', 'h2'))
+            self.assertIsNone(rt.get('toy', 'h3'))
+
+    def test_a_retry_may_count_as_a_failure(self):
+        env, rt, toy = self.make()
+        toy.first = lambda view: runtime.Retry(
+            10.0, 'no proof', count=view.record.local.get('count', True))
+        self.declare()
+        rt.start('toy', 'h1', S.FIRST)
+        rt.run()
+        self.assertEqual((1, 110.0), (rt.get('toy', 'h1').errors,
+                                      rt.get('toy', 'h1').retry_at))
+        rt.start('toy', 'h2', S.FIRST, local={'count': False})
+        rt.run()
+        self.assertEqual(0, rt.get('toy', 'h2').errors)
