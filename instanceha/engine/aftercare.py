@@ -101,19 +101,20 @@ class Aftercare:
             named_only=True, survives_leadership=True))
 
     def watch(self, wf: workflow.HostWorkflow,
-              job: evacuation_job.EvacuationJob | None = None) -> None:
+              job: evacuation_job.EvacuationJob | None = None,
+              errors: int = 0) -> None:
         """Watch the rebuilds of ``wf``'s job (or ``job``) from now on.
 
-        It takes over the workflow's count of failed steps; one already
-        watching the host is replaced (its job's result is never
-        applied).
+        It takes over the workflow's count of failed steps (``errors``);
+        one already watching the host is replaced (its job's result is
+        never applied).
         """
         self.workflows.start(
             KIND, wf.host, Watch.WATCHING,
             Rebuilds(job=job or wf.job, since=wf.since, shown=wf.state,
                      recovery=wf.durable.recovery,
                      gave_up=wf.durable.gave_up, stopped=wf.durable.stopped),
-            replace=True, errors=wf.sched.step_errors)
+            replace=True, errors=errors)
 
     def watched(self) -> list[runtime.Record]:
         return self.workflows.records(KIND)

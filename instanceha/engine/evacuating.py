@@ -31,6 +31,7 @@ from instanceha.engine import guard
 from instanceha.engine import migration_records
 from instanceha.engine import ports
 from instanceha.engine import retry
+from instanceha.engine import runtime
 from instanceha.engine import tick
 from instanceha.engine import workflow
 from instanceha.engine.workflow import HostWorkflow
@@ -146,9 +147,10 @@ class Evacuating(tick.Plumbing):
         tracks = self.drivers.evacuation.tracks
         # The view its job handed over (never the tasks of a running job).
         running = wf.job.view.in_flight if (wf.job and tracks) else 0
-        if wf.sched.future is None:
+        if not self._running(wf.host):
             return running
-        return max(running, wf.sched.step_in_flight) + wf.sched.budget
+        budget, in_flight = self._slots.get(wf.host, (0, 0))
+        return max(running, in_flight) + budget
 
     def _sharing(self) -> list[HostWorkflow]:
         """The hosts being evacuated that want more slots."""
@@ -172,14 +174,13 @@ class Evacuating(tick.Plumbing):
         if wf.job is None:
             wf.job = self._begin(wf)
         budget, waits = self._grant(wf)
-        wf.sched.budget = budget
         tracks = self.drivers.evacuation.tracks
         # Slots used again within the step: tracked, the slots of the
         # rebuilds it sees ending, while no other host shares the cap;
         # fire-and-forget, a call's slot the moment it returns, while no
         # other host waits for a slot (the budget stays held meanwhile).
         reuse = len(self._sharing()) <= 1 if tracks else not waits
-        wf.sched.step_in_flight = wf.job.view.in_flight if reuse and tracks else 0
+        in_flight = wf.job.view.in_flight if reuse and tracks else 0
         draft = workflow.Draft(wf.host, wf.durable)
         ctx = self._step_context(wf, draft, budget, reuse)
         job = wf.job
@@ -191,7 +192,8 @@ class Evacuating(tick.Plumbing):
             if progress.complete and not self.conf.disabled:
                 self._evacuation_complete(wf, progress)
 
-        self._submit(wf, lambda _: job.step(ctx), done, draft=draft)
+        self._submit(wf, lambda _: job.step(ctx), done, draft=draft,
+                     slots=(budget, in_flight))
 
     def _begin(self, wf: HostWorkflow) -> evacuation_job.EvacuationJob:
         """The evacuation job of ``wf``'s host, begun now (tick thread)."""
@@ -324,12 +326,12 @@ class Evacuating(tick.Plumbing):
             # No kdump message awaited again: fenced at the next step.
             wf.local.kdump_deadline = self.env.clock.monotonic()
             return
-        wait = retry.backoff(workflow.STEP_RETRY, wf.sched.step_errors + 1,
+        wait = retry.backoff(workflow.STEP_RETRY, self._errors(wf) + 1,
                              float(self.conf.poll))
-        wf.sched.step_errors += 1
-        wf.sched.retry_at = self.env.clock.monotonic() + wait
-        self._emit(events.POWER_UNPROVEN, wf.host,
-                   reason=reading.detail[:200], retry_in=int(wait))
+        self._retry(wf, wait, 'no proof it is off', count=True,
+                    emit=runtime.emit(events.POWER_UNPROVEN,
+                                      reason=reading.detail[:200],
+                                      retry_in=int(wait)))
 
     def _evacuation_complete(self, wf: HostWorkflow,
                              progress: evacuation_tasks.Progress) -> None:

@@ -53,7 +53,7 @@ class HandBack(tick.Plumbing):
             wf = self._workflows.get(host)
             svc = snap.service(host)
             why = workflow.operators_reason(svc)
-            if wf is None or why is None or wf.sched.future is not None:
+            if wf is None or why is None or self._running(host):
                 continue
             if wf.state in workflow.NEEDS_FRESH_PLAN:
                 self._hand_over(wf, why)  # not fenced (again)
@@ -89,7 +89,7 @@ class HandBack(tick.Plumbing):
                               since=since, since_skew=skew)
             if durable.spare:
                 self.drivers.reservation.adopt(svc.host, durable.spare)
-            self._workflows[svc.host] = wf
+            self._begin_record(wf)
             strategy = self.drivers.evacuation
             if state not in (S.FENCED, S.EVACUATING) and not strategy.tracks:
                 # Fire-and-forget moved on before the rebuilds ended; the
@@ -112,7 +112,7 @@ class HandBack(tick.Plumbing):
         (``--enable``, or disabled with the operator's own reason, which
         takes it out of our hands).
         """
-        if wf.sched.future is not None:
+        if self._running(wf.host):
             return
         why = workflow.operators_reason(svc)
         if why is not None and wf.state not in (
@@ -146,13 +146,18 @@ class HandBack(tick.Plumbing):
         if marker is None:
             self._unforce_after(wf)
 
-    def _hand_over(self, wf: HostWorkflow, why: str) -> None:
+    def _hand_over(self, wf: HostWorkflow, why: str,
+                   errors: int | None = None) -> None:
         """An operator took the host: our workflow ends where it stood.
 
         Nothing more is done to the host (no marker, no power-on, no
         enable). Rebuilds already running are watched to their end so
         that their instances are unlocked; nothing new is started.
+        ``errors``: its steps failed in a row (default: the runtime's
+        count).
         """
+        if errors is None:
+            errors = self._errors(wf)
         if wf.job is not None and wf.local.unmarked:
             wf.job = None  # taken before its marker: nothing was started
         if wf.job is not None:
@@ -160,7 +165,7 @@ class HandBack(tick.Plumbing):
             # Always through aftercare, settled or not: its next step
             # unlocks the instances we locked that wait for a retry
             # (the stopped job gives them up), then ends.
-            self._aftercare.watch(wf)
+            self._aftercare.watch(wf, errors=errors)
             wf.job = None
         elif wf.state is S.EVACUATING:
             # No job to watch its rebuilds (none begun since a restart):

@@ -136,7 +136,7 @@ class Poll(handback.HandBack):
             return not wf.durable.kdump
         return wf.state is S.POWERING_ON and (
             self.snapshot is None or self.snapshot.taken_at < max(
-                wf.entered, wf.sched.failed_at or wf.entered))
+                wf.entered, wf.local.failed_at or wf.entered))
 
     def _writes(self) -> int:
         """Our service writes so far (the guarded cloud counts them)."""
@@ -208,8 +208,7 @@ class Poll(handback.HandBack):
             clock_skew=self.snapshot.clock_skew if self.snapshot else None,
             services=services, **kwargs)
 
-    @staticmethod
-    def _needs_servers(wf: HostWorkflow) -> bool:
+    def _needs_servers(self, wf: HostWorkflow) -> bool:
         """Whether a full read lists the servers of ``wf``'s host again.
 
         A host is read once when it is decided; its workflow keeps what
@@ -222,7 +221,7 @@ class Poll(handback.HandBack):
         if wf.state not in workflow.NEEDS_SERVERS:
             return False
         return (wf.state in workflow.NEEDS_FRESH_PLAN or
-                workflow.awaits_fence(wf) or
+                self._awaits_fence(wf) or
                 (wf.resumed and wf.job is None))
 
     def _cycle(self) -> None:
@@ -239,7 +238,7 @@ class Poll(handback.HandBack):
         # host back up, or a gate now blocking, ends their workflow); the
         # planner knows they were started already (per-cycle cap).
         # (A kdump wait is judged like a suspect host: see awaits_fence.)
-        recovering = {h: S.SUSPECT if workflow.awaits_fence(wf) and
+        recovering = {h: S.SUSPECT if self._awaits_fence(wf) and
                       wf.state is S.FENCING else wf.state
                       for h, wf in self._workflows.items()}
         plan = self._plan(snapshot, now, recovering)
@@ -277,7 +276,7 @@ class Poll(handback.HandBack):
             # cycle that reads Nova again (see _advance).
             self._fresh = False
             held = tuple(h for h, wf in sorted(self._workflows.items())
-                         if workflow.awaits_fence(wf))
+                         if self._awaits_fence(wf))
             details = {'held': held} if held else {}
             self._emit(events.SNAPSHOT_FAILED, reason=str(exc), **details)
             return None
@@ -297,11 +296,11 @@ class Poll(handback.HandBack):
         """A workflow, in suspect, for each host to recover that has none."""
         for host in sorted(to_recover):
             if host not in self._workflows:
-                self._workflows[host] = HostWorkflow(
+                self._begin_record(HostWorkflow(
                     host=host, state=S.HEALTHY, entered=now, detected=now,
                     servers=tuple(to_recover[host].servers),
                     durable=workflow.Durable(
-                        recovery=workflow.new_recovery_id()))
+                        recovery=workflow.new_recovery_id())))
                 self._transition(self._workflows[host], S.SUSPECT,
                                  reason='; '.join(to_recover[host].reasons))
 
@@ -309,7 +308,7 @@ class Poll(handback.HandBack):
                 to_recover: dict, now) -> None:
         """What this poll says of a workflow: ended, pending, overdue."""
         host = wf.host
-        if workflow.awaits_fence(wf):
+        if self._awaits_fence(wf):
             if host not in to_recover:
                 decision = plan.decision(host)
                 why = ('; '.join(decision.reasons) if decision else
@@ -320,7 +319,7 @@ class Poll(handback.HandBack):
                 return
             wf.servers = tuple(to_recover[host].servers)
         if (wf.state in (S.WAITING_UP, S.FAILED, S.LEFT_DISABLED)
-                and wf.sched.future is None
+                and not self._running(host)
                 and snapshot.service(host) is None):
             # Its compute service was deleted: no marker left to keep
             # and nothing to enable. Should it come back with our
@@ -329,16 +328,17 @@ class Poll(handback.HandBack):
                 'its nova-compute service is no longer listed by Nova '
                 '(deleted); nothing left to recover'))
             return
+        retry_at = self._retry_at(wf)
         if (wf.state is S.FENCE_FAILED
-                and wf.sched.retry_at > self.env.clock.monotonic()):
+                and retry_at > self.env.clock.monotonic()):
             self._emit(events.FENCE_PENDING, host,
                        attempts=wf.local.attempts,
-                       retry_in=int(max(0, wf.sched.retry_at -
+                       retry_in=int(max(0, retry_at -
                                         self.env.clock.monotonic())),
                        reason=wf.local.reason)
         elif wf.state is S.WAITING_UP:
             self._check_up_timeout(wf, now)
-        elif wf.state is S.FAILED and wf.sched.future is None:
+        elif wf.state is S.FAILED and not self._running(host):
             self._emit(events.HOST_FAILED_PENDING, host,
                        action=workflow.operator_action(host))
 

@@ -128,6 +128,7 @@ class Engine(poll.Poll, steps.Steps):
         self._blocked_by: tuple[str, ...] = ()
         #: The one workflow runtime (the kinds moved onto it so far).
         self.workflows = runtime_loop.Runtime(self.env, leading=self._leading)
+        self._declare()
         #: A dead nova-compute on a living host (asked by each cycle).
         self._process = process_failure.ProcessFailures(conf, self.env,
                                                         self.workflows)
@@ -170,8 +171,7 @@ class Engine(poll.Poll, steps.Steps):
 
     def busy(self) -> bool:
         """True while any job is running."""
-        return (self.workflows.busy() or
-                any(wf.sched.future is not None for wf in self._all()))
+        return self.workflows.busy()
 
     def tick(self) -> None:
         """One step; never blocks on slow work.
@@ -181,14 +181,12 @@ class Engine(poll.Poll, steps.Steps):
         resumes from Nova's markers.
         """
         if self._stopping:
-            self._harvest(apply=False)
             self.workflows.drop_results()
             return
         leader = self._check_leadership()
         now = self.env.clock.monotonic()
         if not leader:
             self._leader_since = None
-            self._harvest(apply=False)
             self.workflows.drop_results()
             return
         if self._leader_since is None:
@@ -279,7 +277,7 @@ class Engine(poll.Poll, steps.Steps):
         """
         busy = self._busy()
         for wf in self._workflows.values():
-            if wf.sched.future is not None or now < wf.sched.retry_at:
+            if not self._due(wf, now):
                 continue
             if wf.state is S.FENCE_FAILED:
                 return True
@@ -313,16 +311,15 @@ class Engine(poll.Poll, steps.Steps):
         self._stopping = True
         self.env.guard.halt('stopping')
         deadline = self.env.clock.monotonic() + timeout
-        running = sorted([wf.host for wf in self._all() if wf.sched.future] +
+        running = sorted([wf.host for wf in self._all()
+                          if self._running(wf.host)] +
                          self._aftercare.running())
         self.env.events.emit(events.SHUTDOWN, in_flight=tuple(running))
-        futures = ([wf.sched.future for wf in self._all()
-                    if wf.sched.future] + self.workflows.futures())
+        futures = self.workflows.futures()
         while futures and self.env.clock.monotonic() < deadline:
             if all(f.done() for f in futures):
                 break
             self.env.clock.sleep(0.1)
-        self._harvest(apply=False)
         self.workflows.drop_results()
 
     def _advance(self) -> None:
@@ -341,9 +338,9 @@ class Engine(poll.Poll, steps.Steps):
         busy = self._busy()
         for host in sorted(self._workflows):
             wf = self._workflows.get(host)
-            if wf is None or wf.sched.future is not None or now < wf.sched.retry_at:
+            if wf is None or not self._due(wf, now):
                 continue
-            if workflow.awaits_fence(wf) and not self._fresh:
+            if self._awaits_fence(wf) and not self._fresh:
                 continue  # judged on data Nova could not refresh
             if wf.state is S.SUSPECT:
                 if busy >= self.conf.workers:
@@ -356,6 +353,6 @@ class Engine(poll.Poll, steps.Steps):
             # Fenced in this loop (a live crash dump): evacuating at once.
             wf = self._workflows[host]
             if (wf.state is S.EVACUATING and wf.local.unmarked and
-                    wf.sched.future is None and now >= wf.sched.retry_at):
+                    self._due(wf, now)):
                 self._step_evacuation(wf)
         self._aftercare.step(self.snapshot, self._listing)

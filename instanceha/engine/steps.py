@@ -28,6 +28,7 @@ from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
 from instanceha.engine import reasons
+from instanceha.engine import runtime
 from instanceha.engine import shutdown
 from instanceha.engine.states import HostState
 from instanceha.engine import workflow
@@ -108,7 +109,7 @@ class Steps(evacuating.Evacuating):
             self._transition(wf, S.FENCE_FAILED, reason=str(result),
                              attempts=attempts, retry_in=int(wait))
             wf.local.attempts, wf.local.reason = attempts, str(result)
-            wf.sched.retry_at = self.env.clock.monotonic() + wait
+            self._retry(wf, wait, 'fencing failed')
             return
         wf.record(kdump=bool(result.kdump),
                   shutdown=(shutdown.POWEROFF if result.shutdown ==
@@ -234,7 +235,7 @@ class Steps(evacuating.Evacuating):
         # Powered on only on a view of its service read since this step
         # began (or last failed): an operator who took the host meanwhile
         # (a reason of their own) is seen before its power changes.
-        since = max(wf.entered, wf.sched.failed_at or wf.entered)
+        since = max(wf.entered, wf.local.failed_at or wf.entered)
         if self.snapshot is None or self.snapshot.taken_at < since:
             return
         fencer, host = self.env.fencer, wf.host
@@ -252,10 +253,10 @@ class Steps(evacuating.Evacuating):
                     self._fail(wf, 'power on failed %d time(s): %s' % (
                         local.attempts, str(result)[:80]))
                     return
-                wf.sched.retry_at = self.env.clock.monotonic() + self._backoff(
-                    local.attempts)
-                self._emit(events.STEP_ERROR, wf.host,
-                           state=wf.state.value, reason=local.reason)
+                self._retry(wf, self._backoff(local.attempts), local.reason,
+                            emit=runtime.emit(events.STEP_ERROR,
+                                              state=wf.state.value,
+                                              reason=local.reason))
                 return
             self._transition(wf, S.WAITING_UP, level=result.level)
             # Powered on by now: only a report stamped after it counts.
@@ -350,8 +351,8 @@ class Steps(evacuating.Evacuating):
             if enabled:
                 self._transition(wf, S.HEALTHY, enabled=True)
             else:
-                wf.sched.retry_at = self.env.clock.monotonic() + float(
-                    self.conf.tick_interval)
+                self._retry(wf, float(self.conf.tick_interval),
+                            'not enabled yet')
 
         self._submit(wf, enable, done)
 

@@ -10,13 +10,22 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Tick plumbing of the recovery engine: submit, harvest, transition.
+"""Host recovery on the workflow runtime: transitions, jobs, markers.
 
-Slow work runs as jobs on ``env.executor`` (:meth:`Plumbing._submit`);
-their results are applied in the tick thread only, by
-:meth:`Plumbing._harvest`, and only while this copy leads. Every state
-change passes :meth:`Plumbing._transition` (the table of
-:mod:`instanceha.engine.states`), every marker :meth:`Plumbing._mark`.
+Each host's recovery is a workflow of the kind :data:`KIND` on the one
+runtime (:mod:`instanceha.engine.runtime_loop`): the runtime submits its
+jobs (holding the host's lock, only while this copy leads), harvests
+them in the tick thread, applies what they wrote into Nova whether they
+returned or raised, backs off on their errors and checks every
+transition against the table of :mod:`instanceha.engine.states`,
+emitting it. :meth:`Plumbing._transition`,
+:meth:`Plumbing._submit` and :meth:`Plumbing._retry` hand it the steps'
+outcomes; every marker is written by :meth:`Plumbing._mark`.
+
+The steps themselves are still the engine's methods
+(:mod:`instanceha.engine.steps`), and the host's record beside the
+runtime's is :class:`instanceha.engine.workflow.HostWorkflow`: the port
+of both onto the runtime's tables goes on from here.
 """
 
 from collections.abc import Callable
@@ -24,11 +33,12 @@ import dataclasses
 import datetime
 
 from instanceha.engine import aftercare
-from instanceha.engine import boundary
 from instanceha.engine import events
 from instanceha.engine import marker as marker_mod
 from instanceha.engine import model
+from instanceha.engine import ownership
 from instanceha.engine import retry
+from instanceha.engine import runtime
 from instanceha.engine import states
 from instanceha.engine.states import HostState
 from instanceha.engine import workflow
@@ -40,6 +50,9 @@ from instanceha import exceptions
 #: "The workflow's own" (a marker argument left as it is).
 _SAME = object()
 
+#: The host recovery's kind on the workflow runtime (keyed by host).
+KIND = 'host_recovery'
+
 #: Seconds the engine's services read serves as the operator's record
 #: before a marker write (see Plumbing._current_service).
 OPERATOR_READ_AGE = 1.0
@@ -49,11 +62,11 @@ OPERATOR_READ_AGE = 1.0
 class Finished:
     """The jobs finished before a read: their results applied after it.
 
-    ``futures``: host workflows' (ids); ``aftercare``: the runtime's keys
-    of the aftercare steps.
+    ``hosts``: the runtime's keys of the host recoveries' jobs;
+    ``aftercare``: of the aftercare steps.
     """
 
-    futures: frozenset[int]
+    hosts: frozenset[tuple[str, str]]
     aftercare: frozenset[tuple[str, str]]
 
 
@@ -96,8 +109,9 @@ class Plumbing:
                     # Another copy may have moved our hosts on: forget what
                     # we knew and resume from Nova's markers right away.
                     for host in sorted(self._workflows):
-                        if self._workflows[host].sched.future is None:
+                        if not self._running(host):
                             del self._workflows[host]
+                    self.workflows.forget(KIND)
                     self._next_poll = None
                     # ...with a full read, even if every host looked
                     # healthy when we last led: a marker another copy
@@ -112,119 +126,162 @@ class Plumbing:
             self._leader = leader
         return leader
 
+    def _declare(self) -> None:
+        """Declare the host recovery's kind to the runtime.
+
+        Its table is :data:`states.TRANSITIONS`; its steps are taken by
+        the engine (:meth:`instanceha.engine.recovery.Engine._advance`),
+        so it runs only where the engine names it. A copy that stops
+        leading drops its jobs' results, not its records (they are
+        forgotten when it leads again, see :meth:`_check_leadership`).
+        """
+        self.workflows.register(runtime.Kind(
+            name=KIND, transitions=states.TRANSITIONS, steps={},
+            final=frozenset({S.HEALTHY}), on_error=self._step_failed,
+            backoff=workflow.STEP_RETRY,
+            owner=ownership.Owner.HOST_RECOVERY, named_only=True,
+            survives_leadership=True))
+        #: Evacuation slots each running evacuation step holds: (budget,
+        #: rebuilds whose slots it may use again); see Evacuating._holding.
+        self._slots: dict[str, tuple[int, int]] = {}
+
+    def _running(self, host: str) -> bool:
+        """Whether a job of ``host``'s recovery runs (not what it does)."""
+        return self.workflows.running(KIND, host)
+
+    def _retry_at(self, wf: HostWorkflow) -> float:
+        """Monotonic time before which ``wf`` is not stepped."""
+        rec = self.workflows.get(KIND, wf.host)
+        return rec.retry_at if rec is not None else 0.0
+
+    def _errors(self, wf: HostWorkflow) -> int:
+        """Steps of ``wf`` in a row that failed (their retry backs off)."""
+        rec = self.workflows.get(KIND, wf.host)
+        return rec.errors if rec is not None else 0
+
+    def _due(self, wf: HostWorkflow, now: float) -> bool:
+        """Whether ``wf`` may be stepped now: no job, no retry pending."""
+        return not self._running(wf.host) and now >= self._retry_at(wf)
+
+    def _awaits_fence(self, wf: HostWorkflow) -> bool:
+        return workflow.awaits_fence(wf, self._running(wf.host))
+
+    def _begin_record(self, wf: HostWorkflow) -> None:
+        """The runtime's record of a workflow begun (or adopted) now."""
+        self._workflows[wf.host] = wf
+        self.workflows.start(KIND, wf.host, wf.state, replace=True)
+
     def _transition(self, wf: HostWorkflow, new: HostState, *,
                     keep: tuple[str, ...] = (), **details) -> None:
         """Move ``wf`` to ``new`` (the table's rule); say so.
 
         The old state's own data is cleared (:class:`workflow.StateLocal`)
         but for what ``keep`` names: a fence_failed host keeps counting
-        its attempts when it is fenced again.
+        its attempts when it is fenced again. The runtime checks the
+        move against the table, emits it and forgets any retry.
         """
         states.check_transition(wf.host, wf.state, new)
         old = wf.state
         wf.state = new
         wf.entered = self.env.clock.now()
         wf.local = wf.local.kept(keep)
-        wf.sched.retry_at = 0.0
-        self._emit(events.HOST_STATE, wf.host, old=old.value,
-                   new=new.value, **details)
+        self.workflows.apply(KIND, wf.host, runtime.Go(new, emit=runtime.emit(
+            events.HOST_STATE, old=old.value, new=new.value, **details)))
         if new is S.HEALTHY:
             self._workflows.pop(wf.host, None)
 
+    def _retry(self, wf: HostWorkflow, seconds: float, why: str,
+               emit: runtime.Emit = (), count: bool = False) -> None:
+        """Step ``wf`` again in ``seconds`` (``count``: as a failure)."""
+        self.workflows.apply(KIND, wf.host, runtime.Retry(
+            seconds, why, emit=emit, count=count))
+
     def _submit(self, wf: HostWorkflow, fn: Callable[[workflow.Draft], object],
-                on_done: Callable, *,
-                draft: workflow.Draft | None = None) -> None:
-        """Run ``fn(draft)`` as a job holding the host's lock.
+                on_done: Callable | None, *,
+                draft: workflow.Draft | None = None,
+                slots: tuple[int, int] = (0, 0)) -> None:
+        """Run ``fn(draft)`` as a job of ``wf`` on the runtime.
 
         ``draft`` (made here unless given): the job's own copy of the
         workflow's durable record, the only one it changes (its markers
         are written from it); the record itself refuses the job's writes
-        (:mod:`instanceha.engine.boundary`). Later, in the tick thread,
-        the draft's changes are applied and ``on_done(result)`` is called
-        (or the job's error is reported and the step retried). Nothing is
-        submitted while this copy does not lead (:meth:`_leading`): the
-        step is taken again on a later tick.
+        (:mod:`instanceha.engine.boundary`). At the harvest, in the tick
+        thread, the draft's changes are applied (whether the job returned
+        or raised) and ``on_done(result)`` is called, or the job's error
+        handled (:meth:`_step_failed`). ``slots``: the evacuation slots
+        it holds while it runs (budget, rebuilds whose slots it may use
+        again). Nothing is submitted while this
+        copy does not lead: the step is taken again on a later tick.
         """
-        if not self._leading():
-            return
         if draft is None:
             draft = workflow.Draft(wf.host, wf.durable)
-        wf.sched.on_done, wf.sched.draft = on_done, draft
-        wf.sched.future = boundary.submit(
-            self.env, '%s step of %s' % (wf.state.value, wf.host),
-            lambda: fn(draft), lock=wf.host)
+        self._slots[wf.host] = slots
+
+        def then(view: runtime.View, result) -> runtime.Outcome:
+            if on_done is not None:
+                on_done(result)
+            return runtime.Wait()
+
+        def wrote(durable):
+            self._wrote(wf, draft)
+            return durable
+        self.workflows.apply(KIND, wf.host, runtime.Job(
+            run=lambda: fn(draft), then=then, wrote=wrote))
 
     def _wrote(self, wf: HostWorkflow, draft: workflow.Draft) -> None:
         """Apply what a finished job wrote into Nova (tick thread).
 
         Its durable changes, and the evacuating marker in Nova: the
         spare it names is enabled, the evacuation's prelude is done
-        (:meth:`instanceha.engine.evacuating.Evacuating._marking`).
+        (:meth:`instanceha.engine.evacuating.Evacuating._marking`). Its
+        slots are free again.
         """
+        self._slots.pop(wf.host, None)
         wf.record(**draft.changes())
         if S.EVACUATING in draft.written:
             wf.local.unmarked, wf.spare_enabled = False, True
 
+    def _step_failed(self, view: runtime.View,
+                     exc: BaseException) -> runtime.Outcome:
+        """A job of a host's recovery raised (tick thread).
+
+        An operator took the host: hands off. Otherwise the step is taken
+        again, backing off while it keeps failing (Nova down for an hour
+        is one warning a poll, not one every 5 s), never beyond a poll.
+        """
+        wf = self._workflows.get(view.record.key)
+        if wf is None:
+            return runtime.Wait()
+        if isinstance(exc, workflow.OperatorTookOver):
+            # Not a failure of ours: the errors in a row as they were.
+            self._hand_over(wf, str(exc), errors=view.record.errors - 1)
+            return runtime.Wait()
+        wait = retry.backoff(workflow.STEP_RETRY, view.record.errors,
+                             max(workflow.STEP_RETRY, float(self.conf.poll)))
+        reason = '%s: %s' % (type(exc).__name__, exc)
+        if not isinstance(exc, exceptions.InstanceHAError):
+            LOG.error('host %s: unexpected error in state %s',
+                      wf.host, wf.state, exc_info=exc)
+        wf.local.failed_at = self.env.clock.now()
+        return runtime.Retry(wait, reason, emit=runtime.emit(
+            events.STEP_ERROR, state=wf.state.value, reason=reason,
+            retry_in=int(wait)))
+
     def _finished(self) -> Finished:
         """The jobs finished by now (see :meth:`_harvest`)."""
         return Finished(
-            futures=frozenset(
-                id(wf.sched.future) for wf in self._all()
-                if wf.sched.future is not None and wf.sched.future.done()),
+            hosts=self.workflows.finished(kinds=(KIND,)),
             aftercare=self.workflows.finished(kinds=(aftercare.KIND,)))
 
-    def _harvest(self, apply: bool = True,
-                 only: Finished | None = None) -> None:
+    def _harvest(self, only: Finished | None = None) -> None:
         """Apply the results of finished jobs (``only``: these).
 
         The host workflows' first, then their aftercare's (which a copy
         no longer leading keeps, see :mod:`.aftercare`).
         """
-        self._harvest_workflows(apply, only)
-        if apply:
-            self._aftercare.harvest(None if only is None
-                                    else only.aftercare)
-
-    def _harvest_workflows(self, apply: bool,
-                           only: Finished | None) -> None:
-        for wf in self._all():
-            fut = wf.sched.future
-            if fut is None or not fut.done():
-                continue
-            if only is not None and id(fut) not in only.futures:
-                continue
-            wf.sched.future, on_done, wf.sched.on_done = None, wf.sched.on_done, None
-            wf.sched.budget = wf.sched.step_in_flight = 0
-            if wf.sched.draft is not None:
-                # What the job wrote into Nova, whether it ended well.
-                self._wrote(wf, wf.sched.draft)
-                wf.sched.draft = None
-            if not apply:
-                continue  # forgotten: the next leader resumes from Nova
-            exc = fut.exception()
-            if isinstance(exc, workflow.OperatorTookOver):
-                self._hand_over(wf, str(exc))
-                continue
-            if exc is not None:
-                # Back off while it keeps failing (Nova down for an hour
-                # is one warning a poll, not one every 5 s), never beyond
-                # a poll.
-                wf.sched.step_errors += 1
-                wait = retry.backoff(
-                    workflow.STEP_RETRY, wf.sched.step_errors,
-                    max(workflow.STEP_RETRY, float(self.conf.poll)))
-                self._emit(events.STEP_ERROR, wf.host, state=wf.state.value,
-                           reason='%s: %s' % (type(exc).__name__, exc),
-                           retry_in=int(wait))
-                if not isinstance(exc, exceptions.InstanceHAError):
-                    LOG.error('host %s: unexpected error in state %s',
-                              wf.host, wf.state, exc_info=exc)
-                wf.sched.retry_at = self.env.clock.monotonic() + wait
-                wf.sched.failed_at = self.env.clock.now()
-                continue
-            wf.sched.step_errors = 0
-            if on_done is not None:
-                on_done(fut.result())
+        self.workflows.harvest(kinds=(KIND,),
+                               only=None if only is None else only.hosts)
+        self._aftercare.harvest(None if only is None else only.aftercare)
 
     def _service(self, host: str) -> model.Service:
         return _listed(self.snapshot, host)

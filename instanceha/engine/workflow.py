@@ -12,8 +12,6 @@
 
 """One host's recovery workflow: its record and the rules around it."""
 
-from collections.abc import Callable
-import concurrent.futures
 import dataclasses
 import datetime
 import logging
@@ -273,6 +271,9 @@ class StateLocal(boundary.TickOwned):
     #: Evacuating, but the marker saying so (forced down) is not in Nova
     #: yet: the next evacuation step writes it before any evacuate call.
     unmarked: bool = False
+    #: When the latest job of this state raised (clock.now()); None:
+    #: none did.
+    failed_at: datetime.datetime | None = None
 
     def kept(self, names: tuple[str, ...]) -> 'StateLocal':
         """A fresh one, but for ``names``, handed on to the next state."""
@@ -280,39 +281,18 @@ class StateLocal(boundary.TickOwned):
 
 
 @dataclasses.dataclass(slots=True)
-class Schedule(boundary.TickOwned):
-    """When a workflow is stepped next, and the job of its current step."""
-
-    future: concurrent.futures.Future | None = None
-    #: Applied in the tick thread to the job's result.
-    on_done: Callable | None = None
-    #: The running job's copy of the durable record, applied at its
-    #: harvest (see :class:`Draft`).
-    draft: Draft | None = None
-    #: Evacuations the running job may start (counted against the cap).
-    budget: int = 0
-    #: Its rebuilds in flight when the running job's step began, if that
-    #: step may use their slots again (0 otherwise).
-    step_in_flight: int = 0
-    #: Not stepped before this (monotonic; reset on every transition).
-    retry_at: float = 0.0
-    #: Steps in a row that raised (their retry backs off).
-    step_errors: int = 0
-    #: When its latest step raised (clock.now()); None: never.
-    failed_at: datetime.datetime | None = None
-
-
-@dataclasses.dataclass(slots=True)
 class HostWorkflow(boundary.TickOwned):
     """The engine's in-memory view of one host being recovered.
 
     Written in the tick only (:class:`boundary.TickOwned`): a job gets a
-    :class:`Draft` of the durable part and returns its result. Three
-    parts: what the marker holds (:class:`Durable`), the current state's
-    own data (:class:`StateLocal`, cleared on every transition) and the
-    scheduling (:class:`Schedule`); beside them what the whole recovery
-    works with: the host's instances, the fence time on our clock and
-    the evacuation job.
+    :class:`Draft` of the durable part and returns its result. Two
+    parts: what the marker holds (:class:`Durable`) and the current
+    state's own data (:class:`StateLocal`, cleared on every
+    transition); beside them what the whole recovery works with: the
+    host's instances, the fence time on our clock and the evacuation
+    job. Its scheduling (the running job, the retry, the errors in a
+    row) is the workflow runtime's record of the host
+    (:data:`instanceha.engine.tick.KIND`).
     """
 
     host: str
@@ -325,7 +305,6 @@ class HostWorkflow(boundary.TickOwned):
     durable: Durable = Durable()
     #: The current state's own data (see :class:`StateLocal`).
     local: StateLocal = dataclasses.field(default_factory=StateLocal)
-    sched: Schedule = dataclasses.field(default_factory=Schedule)
     servers: tuple[model.Server, ...] = ()
     #: ``durable.fenced_at`` on our clock, less :data:`MIGRATION_SLACK`
     #: (exact in the copy that fenced): migration records older than
@@ -349,7 +328,7 @@ class HostWorkflow(boundary.TickOwned):
         self.durable = dataclasses.replace(self.durable, **changes)
 
 
-def awaits_fence(wf: HostWorkflow) -> bool:
+def awaits_fence(wf: HostWorkflow, running: bool) -> bool:
     """Whether ``wf``'s host is to be fenced and no power-off is under way.
 
     Suspect, fence_failed, and a first fencing while a first kdump
@@ -359,7 +338,8 @@ def awaits_fence(wf: HostWorkflow) -> bool:
     made in the same tick. A fence job under way is never called back,
     nor is a host fenced again (powered on mid-evacuation: ``since`` is
     set once it was first fenced): its recovery is under way.
+    ``running``: whether a job of ``wf`` runs.
     """
-    return wf.sched.future is None and (
+    return not running and (
         wf.state in NEEDS_FRESH_PLAN or
         (wf.state is S.FENCING and wf.since is None))

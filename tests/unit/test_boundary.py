@@ -44,9 +44,9 @@ class TestRecordRefusesJobs(testtools.TestCase):
 
     def test_written_outside_every_job(self):
         wf = record()
-        wf.sched.retry_at = 1.0
+        wf.local.attempts = 1
         wf.record(kdump=True)
-        self.assertEqual((1.0, True), (wf.sched.retry_at, wf.durable.kdump))
+        self.assertEqual((1, True), (wf.local.attempts, wf.durable.kdump))
 
     def test_a_write_inside_a_job_names_the_field_and_the_job(self):
         wf = record()
@@ -131,24 +131,41 @@ class TestEngineJobs(testtools.TestCase):
         rig = fakes.Rig()
         rig.engine.tick()  # leading
         wf = record()
-        rig.engine._workflows['host1'] = wf
+        rig.engine._begin_record(wf)
         results = []
 
         def bad(draft):
-            wf.sched.retry_at = 99.0
+            wf.local.attempts = 99
 
         rig.engine._submit(wf, bad, results.append)
         rig.engine._harvest()
         self.assertEqual([], results)
         error, = rig.events.named(events.STEP_ERROR, 'host1')
         self.assertIn('WrittenByJob', error['reason'])
-        self.assertIn('Schedule.retry_at', error['reason'])
+        self.assertIn('StateLocal.attempts', error['reason'])
+        self.assertEqual(0, wf.local.attempts)
+
+    def test_a_step_whose_job_drives_the_runtime_fails(self):
+        rig = fakes.Rig()
+        rig.engine.tick()
+        wf = record()
+        rig.engine._begin_record(wf)
+
+        def bad(draft):
+            rig.engine._transition(wf, workflow.S.HEALTHY)
+
+        rig.engine._submit(wf, bad, None)
+        rig.engine._harvest()
+        error, = rig.events.named(events.STEP_ERROR, 'host1')
+        self.assertIn('WrittenByJob', error['reason'])
+        self.assertEqual({'host1': workflow.S.FENCED},
+                         rig.engine.host_states())
 
     def test_a_jobs_draft_is_applied_at_its_harvest_even_if_it_raised(self):
         rig = fakes.Rig()
         rig.engine.tick()
         wf = record()
-        rig.engine._workflows['host1'] = wf
+        rig.engine._begin_record(wf)
 
         def job(draft):
             draft.update(kdump=True)
@@ -159,7 +176,7 @@ class TestEngineJobs(testtools.TestCase):
         self.assertFalse(wf.durable.kdump)
         rig.engine._harvest()
         self.assertTrue(wf.durable.kdump)
-        self.assertIsNone(wf.sched.draft)
+        self.assertFalse(rig.engine._running('host1'))
 
 
 class TestJobView(testtools.TestCase):

@@ -45,7 +45,7 @@ class TestResumedHoldsTheSame(testtools.TestCase):
         for _ in range(seconds):
             rig.run(1)
             wf = rig.engine._workflows.get(host)
-            if wf is None or wf.sched.future is not None:
+            if wf is None or rig.engine._running(host):
                 continue  # a job's draft is applied at its harvest
             svc = rig.cloud.read_services().service(host)
             if not svc.disabled or svc.disabled_reason != wf.durable.marked:
@@ -105,6 +105,7 @@ class TestStateLocal(testtools.TestCase):
         rig = fakes.Rig()
         wf = workflow.HostWorkflow(host='host1', state=workflow.S.FENCING,
                                    entered=fakes.T0, detected=fakes.T0)
+        rig.engine._begin_record(wf)
         wf.local.attempts, wf.local.reason = 2, 'no answer'
         wf.local.kdump_deadline = 5.0
         rig.engine._transition(wf, workflow.S.FENCE_FAILED)
