@@ -34,6 +34,7 @@ from instanceha.engine import ownership
 from instanceha.engine import reasons
 from instanceha.engine import runtime
 from instanceha.engine import shutdown
+from instanceha.engine.shutdown_flow import back_but_forced
 from instanceha.engine.shutdown_flow import Context
 from instanceha.engine.shutdown_flow import Durable
 from instanceha.engine.shutdown_flow import H
@@ -259,7 +260,8 @@ def enable(ctx: Context, svc: model.Service) -> Callable | None:
     A freeze is lifted only if the host still carries it, read again
     under the host's lock: the recovery (failover) may have replaced
     the record with its marker meanwhile, and an operator may have
-    taken the host.
+    taken the host. A ``forced_down`` under our record is the record's
+    (see :func:`~.shutdown_flow.back_but_forced`): cleared with it.
     """
     reading = reasons.of_disabled(svc)
     cloud, host, effects = ctx.env.cloud, svc.host, ctx.effects
@@ -268,7 +270,9 @@ def enable(ctx: Context, svc: model.Service) -> Callable | None:
             current = cloud.read_services().service(host)
             if current is not None and \
                     reasons.of_disabled(current).frozen:
-                cloud.update_service(current, status=model.ENABLED)
+                cloud.update_service(current, status=model.ENABLED, **(
+                    {'forced_down': False} if current.forced_down
+                    else {}))
         return job
     if reading.drain:
         return lambda: effects.end(host)
@@ -292,9 +296,10 @@ def returned(ctx: Context, view: runtime.View,
     Back means a heartbeat from its next boot and Nova reporting it up
     (not forced down): only then can it take instances again.
     """
-    if not is_back(svc):
-        return runtime.Wait()  # heartbeating again; not yet up
     world: World = view.world
+    if not (is_back(svc) or
+            back_but_forced(svc, world.snapshot.clock_skew)):
+        return runtime.Wait()  # heartbeating again; not yet up
     host = view.record.key
     ann = world.pending[host]
     job = enable(ctx, svc)
@@ -336,8 +341,8 @@ def found_due(ctx: Context, world: World, svc: model.Service) -> str | None:
     if not (reading.frozen or reading.drain):
         return None
     age = world.ages.get(svc.host)
-    if is_back(svc) and age is not None and \
-            age <= ctx.conf.heartbeat.timeout:
+    up = is_back(svc) or back_but_forced(svc, world.snapshot.clock_skew)
+    if up and age is not None and age <= ctx.conf.heartbeat.timeout:
         return 'back'
     fr = reading.frozen
     if fr is None or fr.failover:

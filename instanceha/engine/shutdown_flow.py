@@ -27,6 +27,7 @@ import typing
 from instanceha.engine import events
 from instanceha.engine import model
 from instanceha.engine import ports
+from instanceha.engine import reasons
 from instanceha.engine import runtime
 from instanceha.engine import shutdown
 from instanceha.engine.states import HostState
@@ -143,6 +144,21 @@ def shown(rec: runtime.Record) -> HostState:
 
 def is_back(svc: model.Service) -> bool:
     return svc.state == model.UP and not svc.forced_down
+
+
+def back_but_forced(svc: model.Service, skew: float | None) -> bool:
+    """Reporting again, but forced down, under a shutdown record of ours.
+
+    A host that carries our record owns its ``forced_down`` (as the
+    ``unforce`` workflow sees it): one a recovery left there and no copy
+    could clear (the operator who took the host enabled it while no copy
+    knew the flag was ours) keeps Nova saying down for ever. Its
+    nova-compute reporting after the record was written says it is
+    back: the return then enables it and clears the flag.
+    """
+    fr = reasons.of_disabled(svc).frozen
+    return (svc.forced_down and fr is not None and
+            svc.reported_after(fr.on_nova(fr.since, skew)))
 
 
 @dataclasses.dataclass(frozen=True)
