@@ -49,9 +49,9 @@ Checked on every run:
   over, has no instance left ACTIVE on it that its marker does not name
   as given up.
 
-The checks are in fuzz_checks.py, the fourth stream (below) in
-fuzz_kinds.py, the fifth in fuzz_faults.py, the seventh in
-fuzz_hostside.py, next to this file.
+The checks are in fuzz_checks.py, the fourth and fifth streams (below)
+in fuzz_kinds.py, the sixth in fuzz_faults.py, the seventh in
+fuzz_hostside.py, the eighth in fuzz_ops.py, next to this file.
 
 Printed as a table (runs, violations by invariant, time) and as JSON
 (``--json``, ``--json-file``), with every failing seed and its first
@@ -79,7 +79,8 @@ restarts at random moments of those stories. Commands that cannot
 happen at their moment are refused (``timeline refused``) and the run
 goes on.
 
-A fifth (``FAULTS_MIX``) adds the simulator's other faults: Nova API
+A fifth (``WATCHDOG_MIX``) arms the hosts' watchdogs and cuts one off.
+A sixth (``FAULTS_MIX``) adds the simulator's other faults: Nova API
 faults that let a few calls through first, a compute service record
 deleted, rebuilds failing on one target, a reload with a broken fencing
 file.
@@ -87,11 +88,14 @@ file.
 A seventh (``HOSTSIDE_MIX``) gives the hosts' agents their own side
 (isolation detection, the isolation response, sometimes watchdogs) and
 isolates, partitions, loses the answers of or kills the agent of one or
-two hosts.
+two hosts. An eighth (``OPS_MIX``) adds an operator who takes a failed
+host mid-recovery and hands it back later (the ``unforce`` workflow),
+the BMCs' hardware conditions read by the proactive checks, and BMCs
+that lie "on".
 
 ``--mix`` chooses the kinds of fault (default: all of them), by name or
-by group (``base``, ``extra``, ``settings``, ``kinds``, ``faults``,
-``hostside``); with
+by group (``base``, ``extra``, ``settings``, ``kinds``, ``watchdogs``,
+``faults``, ``hostside``, ``ops``); with
 ``--mix base,extra,settings`` a seed builds the story it built before the
 fourth stream existed. The CI smoke run (tests/scenarios/test_fuzz.py) uses
 every kind.
@@ -123,6 +127,7 @@ import fuzz_checks as checks  # noqa: E402,H306
 import fuzz_faults as faults  # noqa: E402
 import fuzz_hostside as hostside  # noqa: E402
 import fuzz_kinds as kinds  # noqa: E402
+import fuzz_ops as ops  # noqa: E402
 
 #: Kinds of trouble a timeline may contain. The first nine drive the
 #: generator's main random stream (a seed found with them still builds the
@@ -150,20 +155,22 @@ EXTRA_MIX = ('poweron', 'opstate', 'leadstate', 'pair', 'scarce', 'veto',
 #: spread over Nova's report interval or not.
 SETTINGS_MIX = ('reads',)
 MIX_ALL = (BASE_MIX + EXTRA_MIX + SETTINGS_MIX + kinds.KINDS_MIX
-           + kinds.WATCHDOG_MIX + faults.FAULTS_MIX + hostside.HOSTSIDE_MIX)
+           + kinds.WATCHDOG_MIX + faults.FAULTS_MIX + hostside.HOSTSIDE_MIX
+           + ops.OPS_MIX)
 #: Names for groups of kinds in ``--mix``: ``--mix base,extra,settings``
 #: builds what the generator built before KINDS_MIX existed.
 MIX_GROUPS = {'base': BASE_MIX, 'extra': EXTRA_MIX,
               'settings': SETTINGS_MIX, 'kinds': kinds.KINDS_MIX,
               'watchdogs': kinds.WATCHDOG_MIX, 'faults': faults.FAULTS_MIX,
-              'hostside': hostside.HOSTSIDE_MIX, 'all': MIX_ALL}
+              'hostside': hostside.HOSTSIDE_MIX, 'ops': ops.OPS_MIX,
+              'all': MIX_ALL}
 
 END = kinds.END
 HEARTBEAT_KEY = 'fuzz-heartbeat-master-key-0123456789abcdef'
 
 
 class Case(kinds.KindsStream, faults.FaultsStream,
-           hostside.HostSideStream):
+           hostside.HostSideStream, ops.OpsStream):
     """One generated scenario: files, topology and timeline."""
 
     def __init__(self, seed: int, mix: tuple[str, ...] = MIX_ALL):
@@ -228,6 +235,8 @@ class Case(kinds.KindsStream, faults.FaultsStream,
         self._fault_events(sim_world.NOVA_CALLS, sim_world.NOVA_ERRORS)
         #: The seventh stream (HOSTSIDE_MIX), drawn after the sixth.
         self._hostside_events()
+        #: The eighth stream (OPS_MIX), drawn after the seventh.
+        self._ops_events()
 
     # -- the cloud ---------------------------------------------------------
 

@@ -45,7 +45,10 @@ settings (``SETTINGS_MIX``): how the services are read.
 
 The hosts' watchdogs (``WATCHDOG_MIX``: armed hosts whose fencing ends
 with a watchdog level, one cut off with its BMC unreachable, losing the
-answers one way, or with a hung agent) come from a fifth stream.
+answers one way, or with a hung agent) come from a fifth stream; an
+operator taking a failed host mid-recovery and handing it back, the
+BMCs' hardware conditions for the proactive checks and BMCs that lie
+"on" (``OPS_MIX``) from a seventh.
 
 It also runs every other workflow kind and operator command
 (``KINDS_MIX``: announced shutdowns under each policy, instance crashes,
@@ -80,7 +83,7 @@ COMMANDS = ('power-off', 'crash', 'stop-compute', 'announce',
             'watchdog', 'kdump', 'isolate', 'cut-network', 'bmc', 'nova',
             'rebuild-fail', 'capacity', 'clock', 'set', 'start-compute',
             'start-instance', 'unisolate', 'restore-network', 'power-on',
-            'partition', 'unpartition', 'addresses', 'agent')
+            'partition', 'unpartition', 'addresses', 'agent', 'health')
 
 
 def load_generator():
@@ -127,7 +130,7 @@ class TestScenarioFuzz(testtools.TestCase):
                          self.gen.SETTINGS_MIX, before)
         for seed in range(1, 40):
             a, b = self.gen.Case(seed), self.gen.Case(seed, before)
-            if a.kinds or a.faults or a.hostside:
+            if a.kinds or a.faults or a.hostside or a.ops:
                 continue
             self.assertEqual(a.timeline, b.timeline)
             self.assertEqual(a.options, b.options)
@@ -144,6 +147,7 @@ class TestScenarioFuzz(testtools.TestCase):
             self.assertEqual((), b.faults)
             if a.faults:
                 drawn += 1
+            if a.faults or a.ops:
                 continue
             if a.hostside:
                 continue  # the seventh stream, drawn after this one
@@ -157,16 +161,35 @@ class TestScenarioFuzz(testtools.TestCase):
         before = self.gen.parse_mix('base,extra,settings,kinds,watchdogs,'
                                     'faults')
         self.assertEqual(self.gen.MIX_ALL, before +
-                         self.gen.hostside.HOSTSIDE_MIX)
+                         self.gen.hostside.HOSTSIDE_MIX +
+                         self.gen.ops.OPS_MIX)
         drawn = 0
         for seed in range(1, 60):
-            a, b = self.gen.Case(seed), self.gen.Case(seed, before)
+            a = self.gen.Case(seed, before + self.gen.hostside.HOSTSIDE_MIX)
+            b = self.gen.Case(seed, before)
             self.assertEqual((), b.hostside)
             if a.hostside:
                 drawn += 1
                 self.assertTrue(all('isolation' in spec for h, spec in
                                     a.topology()['hosts'].items()
                                     if h in a.hosts))
+                continue
+            self.assertEqual(a.timeline, b.timeline)
+            self.assertEqual(a.options, b.options)
+            self.assertEqual(a.topology(), b.topology())
+        self.assertGreater(drawn, 0)
+
+    def test_ops_leave_earlier_stories_alone(self):
+        # The eighth stream is drawn after the seventh: without its kinds
+        # a seed builds the story it built before the stream existed.
+        before = self.gen.parse_mix('base,extra,settings,kinds,watchdogs,'
+                                    'faults,hostside')
+        drawn = 0
+        for seed in range(1, 60):
+            a, b = self.gen.Case(seed), self.gen.Case(seed, before)
+            self.assertEqual((), b.ops)
+            if a.ops:
+                drawn += 1
                 continue
             self.assertEqual(a.timeline, b.timeline)
             self.assertEqual(a.options, b.options)
@@ -194,7 +217,7 @@ class TestScenarioFuzz(testtools.TestCase):
         kinds, commands, policies = set(), set(), set()
         for seed in range(FIRST_SEED, FIRST_SEED + RUNS):
             case = self.gen.Case(seed)
-            kinds.update(case.kinds + case.faults)
+            kinds.update(case.kinds + case.faults + case.ops)
             commands.update(name for _, name, _ in case.timeline)
             policies.add(case.options.get('shutdown.policy'))
         kinds.update(*(case.hostside for case in map(
@@ -202,7 +225,8 @@ class TestScenarioFuzz(testtools.TestCase):
         self.assertEqual(set(self.gen.kinds.KINDS_MIX +
                              self.gen.kinds.WATCHDOG_MIX +
                              self.gen.faults.FAULTS_MIX +
-                             self.gen.hostside.HOSTSIDE_MIX), kinds)
+                             self.gen.hostside.HOSTSIDE_MIX +
+                             self.gen.ops.OPS_MIX), kinds)
         self.assertEqual([], sorted(set(COMMANDS) - commands))
         self.assertLessEqual(set(self.gen.kinds.SHUTDOWN_POLICIES), policies)
 
