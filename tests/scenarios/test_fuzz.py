@@ -60,6 +60,20 @@ recovery is over). Seed 21 of the first version of that stream (a host
 disabled for a dead nova-compute stayed disabled for ever once an
 operator turned ``[process_failure] enabled`` off) is fixed (case
 process-failure-turned-off-hands-back).
+
+Seeds 30001-34750 of the six-stream generator found: an operator's
+disable a second before an announced shutdown replaced by the freeze's
+record (32270; case shutdown-freeze-operator-disables-just-before, and
+its sibling in the process failure's writes,
+process-failure-operator-disables-as-we-write); a shutdown record left
+for ever on a host a restart had left forced down (33178; case
+shutdown-failover-after-restart-forgot-unforce). The others were the
+checks asking more than physical truth: a watchdog-armed host powered
+off after its last answer (30121, 31212, 33295, 34238; case
+watchdog-power-cycled-then-counted), a disable of a compute service
+record Nova made anew since (30894, 33951), a nova-compute that starts
+on a host whose record was deleted (33479), a host an operator handed
+back with ``hosts clear`` (34718).
 """
 
 import importlib.util
