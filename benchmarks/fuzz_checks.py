@@ -98,12 +98,29 @@ class StuckGuard:
         return False
 
 
-def watch_power_offs(world, case) -> list[tuple[str, str]]:
+def refenced(log, actor: str | None, host: str) -> bool:
+    """Whether ``actor`` fences ``host`` again mid-evacuation.
+
+    A host powered on in the middle of its evacuation is fenced again
+    before any further evacuation (the rule that keeps every evacuation
+    proven): its recovery was decided on earlier evidence, not on the
+    silence of a host that runs now.
+    """
+    for ev in reversed(log.events):
+        if ev.event == 'host_state' and ev.host == host and \
+                ev.source == actor:
+            return (ev.details.get('old'), ev.details.get('new')) == (
+                'evacuating', 'fencing')
+    return False
+
+
+def watch_power_offs(world, case, log) -> list[tuple[str, str]]:
     """Record power-off requests for hosts that must live.
 
     A host that never failed in the timeline; and, with the heartbeat
     detector (whose fresh heartbeat must veto Nova's "failed" for a host
-    cut off from Nova alone, R15), a running, heartbeating host.
+    cut off from Nova alone), a running, heartbeating host -- unless it
+    is fenced again in the middle of its evacuation (:func:`refenced`).
     """
     found: list[str] = []
     heartbeat = 'heartbeat' in case.options['detection.detectors']
@@ -137,7 +154,8 @@ def watch_power_offs(world, case) -> list[tuple[str, str]]:
             # host for real.)
             if heartbeat and h.agent_alive and h.agent_running \
                     and not h.agent_hung and not h.agent_killed \
-                    and h.service_link_ok and not h.beating:
+                    and h.service_link_ok and not h.beating \
+                    and not refenced(log, world.actor, h.name):
                 found.append((ISOLATED_LIVES, 't=%g power off %s (device '
                               '%s) while it runs and its heartbeat gets '
                               'through' % (now, h.name, name)))

@@ -615,7 +615,8 @@ def run_one(seed: int, mix: tuple[str, ...] = MIX_ALL,
         sim = runner.Simulation(sc)
         sim.world.verbose_nova = False
         sim.measure_ticks = False
-        wrong_power_offs = checks.watch_power_offs(sim.world, case)
+        wrong_power_offs = checks.watch_power_offs(sim.world, case,
+                                                   sim.log)
         started = time.perf_counter()
         error = None
         stuck = checks.StuckGuard(sim)

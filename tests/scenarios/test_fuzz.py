@@ -80,6 +80,7 @@ import importlib.util
 import logging
 import os
 import tempfile
+import types
 
 import testtools
 
@@ -288,6 +289,21 @@ class TestScenarioFuzz(testtools.TestCase):
             [(30.5, 'compute-0')]))
         self.assertEqual({'compute-0': 'op x'},
                          case.expected_operator_reasons([(15, 'compute-0')]))
+
+    def test_fenced_again_only_mid_evacuation(self):
+        # A host fenced again because it was powered on mid-evacuation
+        # is no isolated host fenced on Nova's word (seed 50372); one
+        # fenced from suspect is.
+        from instanceha.sim import events as sim_events
+        log = types.SimpleNamespace(events=[sim_events.Event(
+            600, 'ha', 'host_state', 'c-1', {'old': 'evacuating',
+                                             'new': 'fencing'})])
+        self.assertTrue(self.gen.checks.refenced(log, 'ha', 'c-1'))
+        self.assertFalse(self.gen.checks.refenced(log, 'ha-b', 'c-1'))
+        log.events.append(sim_events.Event(
+            700, 'ha', 'host_state', 'c-1', {'old': 'suspect',
+                                             'new': 'fencing'}))
+        self.assertFalse(self.gen.checks.refenced(log, 'ha', 'c-1'))
 
     def test_smoke_run_has_no_violation(self):
         mix = SMOKE_MIX or self.gen.MIX_ALL
