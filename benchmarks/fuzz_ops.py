@@ -73,12 +73,13 @@ class OpsStream:
     def _unforce(self, t0: float, host: str) -> None:
         """An operator takes ``host`` mid-recovery, then hands it back.
 
-        Detection, fencing and evacuation take about two minutes: from
-        60 s to 400 s after the failure, the operator acts in every state
-        from evacuating to waiting_up.
+        Detection takes 30-45 s, fencing and evacuation about a minute,
+        the boot after our power-on 90 s: from 40 s to 240 s after the
+        failure, the operator acts in every state from fencing to
+        waiting_up.
         """
         orr = self.orr
-        t = min(t0 + orr.uniform(60, 400), kinds.END - 200)
+        t = min(t0 + orr.uniform(40, 240), kinds.END - 200)
         if orr.random() < 0.7:
             self._at(t, 'disable', host, 'operator', 'holds', 'it',
                      str(orr.randint(1, 99)))
