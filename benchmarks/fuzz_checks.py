@@ -47,6 +47,9 @@ AT_REST = (OPERATOR_WINS, LOCKS_RELEASED, ISOLATED_LIVES, HEALTHY_LIVES,
 #: Seconds without anything happening (to a host, or to the service, its
 #: pause and Nova) after which the end state is judged settled.
 SETTLE = 240.0
+#: Seconds after its rebuild ended within which an instance's lock of
+#: ours may still be on (the recovery reads the end at its next poll).
+LOCK_SETTLE = 60.0
 #: Timeline commands that touch the service as a whole.
 GLOBAL = ('service', 'coordination', 'pause', 'resume', 'reload', 'set',
           'clock', 'nova')
@@ -266,10 +269,16 @@ def at_rest(sim, case) -> list[tuple[str, str]]:
             recovering.update(
                 h for h, st in copy.engine.host_states().items()
                 if getattr(st, 'value', st) in ('fenced', 'evacuating'))
+    # A lock is released once the recovery reads that its rebuild ended
+    # (a poll later at most): a rebuild that ended in the run's last
+    # LOCK_SETTLE seconds has not come to rest yet.
+    end = sim.clock.t
+    moving = {m.server_id for m in sim.world.migrations
+              if end - m.updated_at < LOCK_SETTLE}
     for name, srv in sorted(sim.world.servers.items()):
         m = re.match(r'instanceha: evacuating from (\S+)',
                      srv.locked_reason or '')
-        if m and m.group(1) in recovering:
+        if m and (m.group(1) in recovering or srv.id in moving):
             continue  # its recovery is still going on at the end
         if (srv.locked and not start.get(name, {}).get('locked')
                 and not srv.task_state):
