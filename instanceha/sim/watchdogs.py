@@ -175,9 +175,12 @@ class Watchdogs:
         w.at(t + dog.deadline, lambda: self._expire(host, t, boot))
 
     def run_ended(self, host: str) -> None:
-        """The host stopped running (power lost, a crash, a reset).
+        """The host's guests stopped with its run.
 
-        An armed run that ends, however it ends, is what the service's
+        Power lost, a crash, a reset, or a clean shutdown going down
+        (nothing of that run starts a guest again: it powers off,
+        reboots or hangs seconds later). An armed run that ends,
+        however it ends, is what the service's
         watchdog level counts on: its guests are dead, and a new boot
         runs none of them until its agent hears the service again (a
         power cycle after the last answer proves as much as a reset).
