@@ -54,9 +54,10 @@ class Faults:
 
     def _busy(self) -> set:
         """Hosts an unfinished fault is about (none is chosen again)."""
-        return {f.target.split(':')[0] for f in self.faults
-                if f.recovered_at is None} | set(self.held) | {
-            h for p in self.partitions if p[1] is None for h in p[2]}
+        return {h for f in self.faults if f.recovered_at is None
+                for h in f.target.split(':')[0].split(',')} | set(
+            self.held) | {h for p in self.partitions if p[1] is None
+                          for h in p[2]}
 
     def _healthy_host(self, ipmi: bool = False) -> str | None:
         free = [h for h in self.nova.hosts if h not in self._busy() and (
@@ -287,10 +288,14 @@ class Faults:
         if len(free) < count:
             return None
         cut = sorted(self.rng.sample(free, count))
+        # All at once: every agent silent first (signals, instant), then
+        # their nova-computes stop (one call each). Nova still sees them
+        # go down one by one, as their last reports age.
+        for host in cut:
+            self.machines.freeze_agent(host)
         window = [time.time(), None, cut]
         self.partitions.append(window)
         for host in cut:
-            self.machines.freeze_agent(host)
             self.nova.control.kill(host)
 
         def heal():

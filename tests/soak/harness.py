@@ -366,6 +366,9 @@ class Soak(faults.Faults, fixtures.Fixture):
             elif not computes[host]['running']:
                 self.log('repair: start nova-compute on %s' % host)
                 self.nova.control.revive(host)
+            # A hung host nobody fenced (nothing on it) is rebooted by
+            # hand: its agent starts again.
+            self.machines.hung.discard(host)
 
     def _state(self, target: str) -> str:
         """What Nova shows of a fault's host (or instance), for a breach."""
