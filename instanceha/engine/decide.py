@@ -291,11 +291,15 @@ def make_plan(snapshot: model.Snapshot, drivers, conf,
     sorting = _Sorting()
     for host in sorted({s.host for s in snapshot.services} |
                        set(recovering)):
-        verdict, reasons = combine(
-            [ev[host] for ev in evidence if host in ev],
-            conf.detection.combine, witnesses)
+        said = [ev[host] for ev in evidence if host in ev]
+        verdict, reasons = combine(said, conf.detection.combine, witnesses)
         _judge_host(sorting, host, verdict, list(reasons), snapshot,
                     drivers.filters, recovering)
+        if (host in sorting.monitored and
+                any(getattr(e, 'mass_loss', False) for e in said)):
+            # Lost with many others at once: part of a mass failure for
+            # the gates, even while Nova still sees it up.
+            sorting.failed.add(host)
     gated = _gate(sorting, drivers.gates, snapshot, now, started, submit)
     decided = sorting.decided
     for host, (reasons, servers) in sorting.candidates.items():

@@ -353,8 +353,13 @@ class TestMassLoss(DetectorBase):
         self.start_all()
         self.clock.advance(16)
         self.beat(*self.HOSTS[:2])
-        ev = self.det.detect(snapshot(*self.HOSTS), self.clock.now())['h5']
+        found = self.det.detect(snapshot(*self.HOSTS), self.clock.now())
+        ev = found['h5']
         self.assertIn('held: mass heartbeat loss (cycle 1 of 2)', ev.reason)
+        # Part of a mass failure for the gates; the hosts still beating
+        # are not.
+        self.assertTrue(ev.mass_loss)
+        self.assertFalse(found['h0'].mass_loss)
 
     def test_hold_ends_early_when_hosts_return(self):
         self.start_all()

@@ -49,6 +49,11 @@ class Evidence:
     #: failover shutdown policy): decisive even while Nova still sees the
     #: host up, since fencing will prove it off by reading its devices.
     announced: bool = False
+    #: The witness lost this host together with many others at once (a
+    #: mass loss): whatever the verdict, the host counts as unhealthy for
+    #: the gates, so a mass failure that Nova only sees host by host is
+    #: still one mass failure to the threshold.
+    mass_loss: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,11 @@ only withdraws this witness (Nova's verdict stands, as without this
 detector); under combine = all it holds the host UNKNOWN, so "dead"
 needs both witnesses and nothing acts while either cannot tell. all is
 the recommended mode with this detector. The warm-up holds in every mode.
+In every mode the held hosts count as unhealthy for the gates
+(``Evidence.mass_loss``): Nova sees a partition's hosts go down one by
+one, as their last reports age, and the threshold must not let the
+first of them be recovered while the heartbeats already show the mass
+failure.
 
 Shutdown announcements (see :mod:`instanceha.engine.shutdown`): a host
 whose agent announced a clean reboot or power-off, and that has not
@@ -432,11 +437,13 @@ class HeartbeatDetector(base.Detector, watchdogs_mod.WatchdogWatch):
             return ev(V.ALIVE, 'last heartbeat %.1fs ago' % age)
         self._isolated.discard(host)
         if host in self._held:
-            return ev(V.UNKNOWN, '%s; held: mass heartbeat loss (cycle %d '
-                      'of %d), blaming the collector\'s network' % (
-                          'last heartbeat %.1fs ago' % age if age is not None
-                          else 'never heard', self._hold_cycle + 1,
-                          self.conf.heartbeat.mass_loss_hold_cycles))
+            return base.Evidence(
+                host, V.UNKNOWN, 'heartbeat: %s; held: mass heartbeat loss '
+                '(cycle %d of %d), blaming the collector\'s network' % (
+                    'last heartbeat %.1fs ago' % age if age is not None
+                    else 'never heard', self._hold_cycle + 1,
+                    self.conf.heartbeat.mass_loss_hold_cycles),
+                mass_loss=True)
         if age is not None:
             return ev(V.FAILED, 'last heartbeat %.1fs ago > timeout %ds'
                       % (age, timeout))
