@@ -325,6 +325,27 @@ class HeartbeatListener:
         self._keyring = keys
         self._keys = self._host_keys
 
+    def stranded_by(self, keys: keys_mod.HostKeys) -> list[str]:
+        """Hosts whose latest heartbeat ``keys`` would refuse.
+
+        A reload that retires the key a host still signs with (the
+        previous key removed before its agent switched) cuts that host
+        off: its heartbeats are refused from then on and, armed, it
+        resets when its watchdog deadline passes.
+        """
+        ring = getattr(self, '_host_ring', None)
+        if ring is None:
+            return []
+        with self._lock:
+            table = dict(self._table)
+        stranded = []
+        for host, rec in sorted(table.items()):
+            used = ring.for_host(host)
+            if rec.key_index < len(used) and \
+                    used[rec.key_index] not in keys.for_host(host):
+                stranded.append(host)
+        return stranded
+
     def _reload_keys(self) -> None:
         if isinstance(self._keyring, keys_mod.HostKeys):
             self._keyring.reload()

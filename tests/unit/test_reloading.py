@@ -266,6 +266,25 @@ class TestHeartbeatKeys(testtools.TestCase):
         self.assertFalse(self.accepted(self.old))
         self.assertTrue(self.accepted(self.new))
 
+    def test_retiring_a_key_a_host_still_uses_is_named(self):
+        # compute-0 still signs with the old key, now the previous one.
+        self.reload(key_file=self.new, previous_key_file=self.old)
+        self.assertTrue(self.accepted(self.old))
+        self.assertEqual([], self.lst.stranded_by(keys.HostKeys(
+            keys.KeyRing(self.new, self.old))))
+        self.reload(previous_key_file=None)
+        self.assertIn('1 host(s) still sign with a key this reload '
+                      'retired: compute-0', self.log.output)
+        self.assertIn('1 host(s) still on a retired key: compute-0',
+                      self.log.output)
+        self.assertFalse(self.accepted(self.old))
+        # Once its agent switched, retiring says nothing more.
+        self.reload(previous_key_file=self.old)
+        self.assertTrue(self.accepted(self.new))
+        before = self.log.output.count('still sign with')
+        self.reload(previous_key_file=None)
+        self.assertEqual(before, self.log.output.count('still sign with'))
+
     def test_bad_key_file_refused_old_keys_in_force(self):
         short = self.key('short.key', 'tooshort')
         self.reload(key_file=short)

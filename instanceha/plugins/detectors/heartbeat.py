@@ -187,11 +187,24 @@ class HeartbeatDetector(base.Detector, watchdogs_mod.WatchdogWatch):
         if old is not None and (old.ring.keys, old.mode) == (
                 ring.ring.keys, ring.mode):
             return None
+        stranded = lst.stranded_by(ring)
         lst.set_keys(ring)
+        if stranded:
+            armed = [h for h in stranded if lst.watchdog(h) is not None]
+            LOG.error(
+                'heartbeat keys: %d host(s) still sign with a key this '
+                'reload retired: %s. Their heartbeats are refused from now '
+                'on%s. Keep the old key as previous_key_file until every '
+                'agent uses the new one.', len(stranded),
+                ', '.join(stranded),
+                ' and the armed ones (%s) reset when their watchdog '
+                'deadline passes' % ', '.join(armed) if armed else '')
         return ('heartbeat keys reloaded: key_file %s, previous_key_file '
-                '%s, key_mode %s' % (group.key_file,
-                                     group.previous_key_file or '(none)',
-                                     group.key_mode))
+                '%s, key_mode %s%s' % (
+                    group.key_file, group.previous_key_file or '(none)',
+                    group.key_mode, '; %d host(s) still on a retired key: '
+                    '%s' % (len(stranded), ', '.join(stranded))
+                    if stranded else ''))
 
     def validate(self) -> None:
         self._keyring()
