@@ -133,6 +133,7 @@ class SimHeartbeatListener:
         # As the heartbeat detector's reload expects of a listener.
         self._host_ring = keyring
         self.set_keys = self._set_keys
+        self.stranded_by = real.stranded_by
 
     def _set_keys(self, keyring) -> None:
         self.real.set_keys(keyring)
