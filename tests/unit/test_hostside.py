@@ -88,8 +88,11 @@ class TestHostSide(testtools.TestCase):
         self.nova: list[model.Server] = []
         self.reads: list[frozenset] = []
         self.read_fails = False
+        #: Hosts whose agents announced a watchdog (armed or not).
+        self.watchdogs = {'h1', 'h2'}
         detector = types.SimpleNamespace(listener=types.SimpleNamespace(
-            reporting=lambda: set(self.reporting)))
+            reporting=lambda: set(self.reporting),
+            watchdog=lambda h: object() if h in self.watchdogs else None))
         self.side = hostside.HostSide(self.conf, self.engine, detector)
 
     def read(self, hosts, aggregates, services):
@@ -162,6 +165,22 @@ class TestHostSide(testtools.TestCase):
         self.mono += 1
         self.take([], read=frozenset())
         self.assertEqual(('a', 'c'), self.side.policy('h1').protected)
+
+    def test_only_agents_that_use_the_list_are_read(self):
+        # No watchdog and the isolation response none: the protected
+        # instances change nothing for the agent, Nova is not asked.
+        self.nova = [server('a', 'h1'), server('x', 'h2')]
+        self.reporting = {'h1', 'h2'}
+        self.watchdogs = set()
+        self.take([], read=frozenset())
+        self.assertEqual([], self.reads)
+        # An aggregate gives h1 a response: h1 is read, h2 still not.
+        self.take([], read=frozenset(), aggs=[('a', {KEY: 'poweroff'})])
+        self.assertEqual([frozenset({'h1'})], self.reads)
+        # h2's agent now announces a watchdog: it is read too.
+        self.watchdogs = {'h2'}
+        self.side.refresh()
+        self.assertEqual([frozenset({'h1'}), frozenset({'h2'})], self.reads)
 
     def test_a_host_listed_by_the_engine_needs_no_read(self):
         self.reporting = {'h1'}
