@@ -517,7 +517,8 @@ def attach(service) -> Callable[[], None]:
     service.observers.append(monitor)
     service.health = monitor
     if service.env.pause is not None:
-        metrics.registry.register(metrics_mod.PauseCollector(service.env.pause))
+        metrics.registry.register(metrics_mod.PauseCollector(
+            service.env.pause, skew=lambda: service.engine.pause.skew))
     checks = _capacity_check(service, metrics, monitor)
 
     def stop_checks() -> None:
@@ -575,7 +576,8 @@ def _capacity_check(service, metrics: metrics_mod.Metrics,
         checks.append(proactive.ProactiveCheck(
             conf, service.env, service.engine.drivers,
             leading=monitor.leader,
-            held=proactive.gates_holding(service.engine)))
+            held=proactive.gates_holding(service.engine),
+            skew=lambda: service.engine.pause.skew))
     for check in checks:
         check.start()
 

@@ -249,9 +249,17 @@ class PauseCollector:
     """
 
     def __init__(self, source: ports.PauseSource,
-                 now: Callable[[], float] = time.time):
+                 now: Callable[[], float] = time.time,
+                 skew: Callable[[], float | None] = lambda: None):
+        """Read ``source`` at scrape time.
+
+        :param skew: seconds this machine's clock is ahead of Nova's, as
+            the engine last measured (a pause kept on Nova's clock ends by
+            Nova's clock).
+        """
         self.source = source
         self._now = now
+        self._skew = skew
 
     def collect(self) -> Iterable[prom_core.Metric]:
         import datetime
@@ -263,7 +271,7 @@ class PauseCollector:
             return
         now = datetime.datetime.fromtimestamp(self._now(),
                                               datetime.timezone.utc)
-        active = pause is not None and not pause.expired(now)
+        active = pause is not None and not pause.expired(now, self._skew())
         yield prom_core.GaugeMetricFamily(
             'instanceha_paused', 'Whether an operator paused instance HA '
             '(instanceha-manage pause): nothing new is fenced or evacuated.',

@@ -71,11 +71,14 @@ class ProactiveCheck(periodic.Periodic):
 
     def __init__(self, conf, env, drivers, leading: Callable[[], bool], *,
                  held: Callable[[], str] = lambda: '',
+                 skew: Callable[[], float | None] = lambda: None,
                  run_all: Callable = maintenance.threaded_map):
         """The check of one copy of the service.
 
         :param held: why the recovery's gates hold failed hosts now
             ('' when they do not; see :func:`gates_holding`).
+        :param skew: seconds our clock is ahead of Nova's, as the engine
+            last measured (a pause kept on Nova's clock ends by it).
         :param run_all: how the BMCs are read and the moves made
             (threads; the simulator: one after the other).
         """
@@ -84,6 +87,7 @@ class ProactiveCheck(periodic.Periodic):
         self.drivers = drivers
         self.leading = leading
         self.held = held
+        self.skew = skew
         self.run_all = run_all
         self.decider = proactive.Proactive(
             proactive.parse_rules(conf.proactive.rules), limits(conf))
@@ -111,7 +115,8 @@ class ProactiveCheck(periodic.Periodic):
 
     def _paused(self) -> bool:
         pause = self.env.pause.current() if self.env.pause else None
-        return pause is not None and not pause.expired(self.env.clock.now())
+        return pause is not None and not pause.expired(
+            self.env.clock.now(), self.skew())
 
     def _room(self, snapshot: model.Snapshot) -> Callable[[str], str | None]:
         facts = []

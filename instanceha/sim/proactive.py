@@ -36,6 +36,8 @@ class SimProactive:
         self.check = proactive.ProactiveCheck(
             conf, env, drivers, leading=env.coordinator.is_leader,
             held=proactive.gates_holding(engine),
+            skew=lambda: getattr(getattr(engine, 'pause', None), 'skew',
+                                 None),
             run_all=maintenance.serial_map)
         self.executor = executor
         self.interval = float(conf.proactive.interval)

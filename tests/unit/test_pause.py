@@ -355,3 +355,21 @@ class TestPauseMetrics(testtools.TestCase):
         self.assertEqual(0, values()['instanceha_paused'])
         source.broken = True
         self.assertEqual({}, values())
+
+    def test_a_pause_on_novas_clock_ends_by_novas_clock(self):
+        # Our clock is 30 s ahead of Nova's: a pause Nova's clock says
+        # ends at T0+60 is still in force at our T0+70.
+        source = MemorySource()
+        source.pause = dataclasses.replace(a_pause(60), nova_clock=True)
+        now = [T0.timestamp() + 70]
+        skew = [30.0]
+        collector = metrics_mod.PauseCollector(
+            source, now=lambda: now[0], skew=lambda: skew[0])
+
+        def paused():
+            return {m.name: m.samples[0].value
+                    for m in collector.collect()}['instanceha_paused']
+
+        self.assertEqual(1, paused())
+        now[0] += 25
+        self.assertEqual(0, paused())
