@@ -50,6 +50,36 @@ class Env:
         self.events = test_health.RecordingSink()
 
 
+def wire(test, device, proactive: str) -> None:
+    """The cloud, fencing topology and proactive check of ``test``.
+
+    ``device(host, password_file)`` is each host's fencing entry;
+    ``proactive`` the lines of ``[proactive]`` after ``interval``.
+    Sets ``cloud``, ``fencer``, ``env`` and ``check`` on ``test``.
+    """
+    hosts = ('host1', 'host2', 'host3')
+    tmp = test.useFixture(fixtures.TempDir()).path
+    secret = os.path.join(tmp, 'bmc.pw')
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), 'w') as f:
+        f.write(test.bmc.password + '\n')
+    fencing = os.path.join(tmp, 'fencing.yaml')
+    with open(fencing, 'w') as f:
+        yaml.safe_dump({'hosts': {h: device(h, secret) for h in hosts}}, f)
+    test.cloud = helpers.make_cloud(
+        test, test.nova_peer, extra=(
+            '[fencing]\nconfig_file = %s\n[capacity]\n'
+            'placement_endpoint = %s\n[proactive]\ninterval = 60\n%s' % (
+                fencing, test.nova_peer.placement_endpoint, proactive)))
+    conf = test.cloud.conf
+    test_plan.wait_for_heartbeats(test.cloud)
+    test.fencer = topology.Topology.from_conf(conf)
+    test.fencer.learn_hosts(list(hosts))
+    test.addCleanup(test.fencer.stop)
+    test.env = Env(test.cloud, test.fencer)
+    test.check = proactive_daemon.ProactiveCheck(
+        conf, test.env, loader.load_deciders(conf), leading=lambda: True)
+
+
 class TestProactive(testtools.TestCase):
 
     def setUp(self):
@@ -59,33 +89,11 @@ class TestProactive(testtools.TestCase):
             hosts=3, nova=self.nova_peer, power_delay=(0, 0)))
         self.servers = self.nova_peer.create_servers(2, host='host1',
                                                      name='web')
-        tmp = self.useFixture(fixtures.TempDir()).path
-        secret = os.path.join(tmp, 'bmc.pw')
-        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600),
-                  'w') as f:
-            f.write(self.bmc.password + '\n')
-        fencing = os.path.join(tmp, 'fencing.yaml')
-        with open(fencing, 'w') as f:
-            yaml.safe_dump({'hosts': {h: {
-                'driver': 'redfish', 'address': self.bmc.url,
-                'system_id': self.bmc.systems[h],
-                'username': self.bmc.username, 'password_file': secret}
-                for h in ('host1', 'host2', 'host3')}}, f)
-        self.cloud = helpers.make_cloud(
-            self, self.nova_peer, extra=(
-                '[fencing]\nconfig_file = %s\n[capacity]\n'
-                'placement_endpoint = %s\n[proactive]\ninterval = 60\n'
-                'confirm = 2\nmax_starts = 1\nthreshold = 70\n' % (
-                    fencing, self.nova_peer.placement_endpoint)))
-        conf = self.cloud.conf
-        test_plan.wait_for_heartbeats(self.cloud)
-        self.fencer = topology.Topology.from_conf(conf)
-        self.fencer.learn_hosts(['host1', 'host2', 'host3'])
-        self.addCleanup(self.fencer.stop)
-        self.env = Env(self.cloud, self.fencer)
-        self.check = proactive_daemon.ProactiveCheck(
-            conf, self.env, loader.load_deciders(conf),
-            leading=lambda: True)
+        wire(self, lambda h, secret: {
+            'driver': 'redfish', 'address': self.bmc.url,
+            'system_id': self.bmc.systems[h],
+            'username': self.bmc.username, 'password_file': secret},
+            'confirm = 2\nmax_starts = 1\nthreshold = 70\n')
 
     def actions(self):
         return {v.host: v.action for v in self.check.check()}

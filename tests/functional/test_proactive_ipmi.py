@@ -22,21 +22,12 @@ the event's deassertion or a cleared log ends the condition; a cooling
 fault in the chassis status is one too.
 """
 
-import os
-
-import fixtures
 import testtools
-import yaml
 
-from instanceha.daemon import proactive as proactive_daemon
 from instanceha.engine import model
 from instanceha.engine import reasons
 from instanceha.ops import history
-from instanceha.plugins.fencing import topology
-from instanceha.plugins import loader
 from tests.functional import peers
-from tests.functional import test_nova_cloud as helpers
-from tests.functional import test_plan
 from tests.functional import test_proactive
 
 #: IPMI sensor types and event offsets (IPMI v2.0 tables 42-3 and 42-1).
@@ -53,34 +44,13 @@ class TestProactiveIpmi(testtools.TestCase):
             hosts=3, nova=self.nova_peer))
         self.servers = self.nova_peer.create_servers(2, host='host1',
                                                      name='db')
-        tmp = self.useFixture(fixtures.TempDir()).path
-        secret = os.path.join(tmp, 'bmc.pw')
-        with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600),
-                  'w') as f:
-            f.write(self.bmc.password + '\n')
-        fencing = os.path.join(tmp, 'fencing.yaml')
-        with open(fencing, 'w') as f:
-            yaml.safe_dump({'hosts': {h: {
-                'driver': 'ipmi', 'address': '127.0.0.1',
-                'port': self.bmc.ports[h], 'username': self.bmc.username,
-                'password_file': secret}
-                for h in ('host1', 'host2', 'host3')}}, f)
-        self.cloud = helpers.make_cloud(
-            self, self.nova_peer, extra=(
-                '[fencing]\nconfig_file = %s\n[capacity]\n'
-                'placement_endpoint = %s\n[proactive]\ninterval = 60\n'
-                'confirm = 1\nmax_starts = 3\nthreshold = 70\nrules = '
-                'power_supply:Critical=evacuate,thermal:Critical=evacuate,'
-                '*:Warning=warn\n' % (
-                    fencing, self.nova_peer.placement_endpoint)))
-        test_plan.wait_for_heartbeats(self.cloud)
-        self.fencer = topology.Topology.from_conf(self.cloud.conf)
-        self.fencer.learn_hosts(['host1', 'host2', 'host3'])
-        self.addCleanup(self.fencer.stop)
-        self.env = test_proactive.Env(self.cloud, self.fencer)
-        self.check = proactive_daemon.ProactiveCheck(
-            self.cloud.conf, self.env, loader.load_deciders(self.cloud.conf),
-            leading=lambda: True)
+        test_proactive.wire(self, lambda h, secret: {
+            'driver': 'ipmi', 'address': '127.0.0.1',
+            'port': self.bmc.ports[h], 'username': self.bmc.username,
+            'password_file': secret},
+            'confirm = 1\nmax_starts = 3\nthreshold = 70\nrules = '
+            'power_supply:Critical=evacuate,thermal:Critical=evacuate,'
+            '*:Warning=warn\n')
 
     def verdicts(self):
         return {v.host: v for v in self.check.check()}
